@@ -39,6 +39,19 @@ def test_a_numpy_array_of_data_is_named_as_data_not_printed() -> None:
     assert parse_input_size(np.array([[3, 8], [4, 5]])) == [(3, 8), (4, 5)]
 
 
+def test_a_shape_given_as_inputs_hints_input_size_once_the_forward_refuses_it() -> None:
+    # a newcomer's profile(model, inputs=(16,), backward=True) read Linear's "must be Tensor,
+    # not int" alone
+    model = nn.Sequential(nn.Linear(16, 4))
+    for backward in (False, True):
+        with pytest.raises(ModelProfError, match=r"(?s)not int.*pass input_size=\(16,\)"):
+            profile(model, inputs=(16,), backward=backward, timing=False)
+    # another TypeError, or inputs that are tensors, get no such hint
+    with pytest.raises(ModelProfError) as err:
+        profile(model, inputs=(torch.zeros(1, 16), 3), timing=False)
+    assert "input_size=" not in str(err.value)
+
+
 def test_inputs_larger_than_memory_are_refused_before_allocating() -> None:
     model = nn.Conv2d(3, 8, 3)
     with pytest.raises(ModelProfError) as e:

@@ -25,7 +25,7 @@ from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
-from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint
 from modelprof.runtime.placement import runs_as_is
 from modelprof.runtime.tensors import iter_tensors, shape_str
 
@@ -208,7 +208,9 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
             f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
         )
         module = next((m for m, n in tracker.names.items() if n == inner.name), None)
-        hint = _embedding_hint(e, module, inputs)
+        hint = _embedding_hint(e, module, inputs) or shape_as_inputs_hint(
+            e, inputs.args, inputs.kwargs
+        )
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (

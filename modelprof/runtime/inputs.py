@@ -511,6 +511,19 @@ def token_inputs(
     return made
 
 
+def shape_as_inputs_hint(error: BaseException, args: Any, kwargs: Any = None) -> str:
+    """The hint for a call refused with a TypeError whose arguments, given as ``inputs=``, are
+    ints alone (``inputs=(16,)``): a shape, meant as ``input_size=``; else ""."""
+    shape = isinstance(args, (tuple, list)) and args and all(map(is_int, args))
+    if not (shape and not kwargs and isinstance(error, TypeError)):
+        return ""
+    size = tuple(args)
+    return (
+        f"\nhint: inputs={size!r} are the call's arguments, and these are no tensors: for a "
+        f"random input of that shape pass input_size={size!r} (batch excluded)"
+    )
+
+
 def refuses_call(fn: Any, *args: Any, **kwargs: Any) -> bool:
     """Whether the signature of ``fn`` (of its ``forward``, a module's) refuses these
     arguments; False where it takes them or no signature can be read (a builtin)."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, is_int
+from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
@@ -29,6 +29,7 @@ from modelprof.runtime.inputs import (
     parse_device,
     parse_dtype,
     refuses_call,
+    shape_as_inputs_hint,
 )
 from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
@@ -123,14 +124,9 @@ def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
         yield
     except ModelProfError as e:
         cause = e.__cause__
-        shape = isinstance(inputs, (tuple, list)) and inputs and all(map(is_int, inputs))
-        modules = any(isinstance(f, nn.Module) for f in fns)
-        if shape and modules and input_size is None and isinstance(cause, TypeError):
-            raise ModelProfError(
-                f"{e}\nhint: inputs={inputs!r} are the call's arguments, and these are no "
-                f"tensors: for a random input of that shape pass input_size={inputs!r} "
-                "(batch excluded)"
-            ) from cause
+        hint = shape_as_inputs_hint(cause, inputs) if input_size is None else ""
+        if hint and any(isinstance(f, nn.Module) for f in fns):
+            raise ModelProfError(f"{e}{hint}") from cause
         if inputs is None and input_size is None and isinstance(cause, TypeError):
             if _MISSING_ARGUMENT.search(str(cause)) and any(map(refuses_call, fns)):
                 raise ModelProfError(
