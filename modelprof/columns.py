@@ -192,6 +192,8 @@ _group(
     ("latency_passes", "latency passes", "int"),
     ("latency_rough", "latency rough", "bool"),
     ("backward_latency_rough", "backward latency rough", "bool"),
+    ("latency_loaded", "latency loaded", "bool"),
+    ("backward_latency_loaded", "backward latency loaded", "bool"),
 )
 _group(
     "roofline",

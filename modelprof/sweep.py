@@ -56,7 +56,8 @@ def sweep(
     backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
     a row has none), the latency columns (and ``threads``) of timed configurations
     (``latency_rough``: above a bigger batch size's of the same model, dtype, mode and options,
-    beyond both intervals), ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
+    beyond both intervals; ``latency_loaded``: other work on the machine stretched it),
+    ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
     ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
     configs = load_sweep(config, options=profile_keywords())
@@ -121,6 +122,7 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
         f"{prefix}_p90_ms": m.p90_ms,
         f"{prefix}_std_ms": m.std_ms,
         f"{prefix}_stable": m.stable,
+        f"{prefix}_loaded": m.loaded,  # other work on the machine stretched it: time again
         f"{prefix}_n": m.n,
     }
 
