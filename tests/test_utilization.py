@@ -604,3 +604,18 @@ def test_a_training_steps_quoted_mfu_is_the_forwards():
     report.timing_agreement = _slowed_clean_runs(report.latency.median_ms)
     line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
     assert line.endswith(f"the forward's MFU {2 * phases.loc['forward', 'mfu']:.3g}")
+
+
+def test_a_training_steps_forward_phase_is_timed_over_the_steps_own_forward() -> None:
+    # a newcomer's AdamW step read forward MFU over the clean eval-mode runs (24 us) where the
+    # step's forward, autograd recording, took 63 us: 2.6 x the utilization it had
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    report = modelprof.profile(model, (64,), backward=True, repeat=5, warmup=1, roofline=False)
+    phases = report.utilization(peak=Peaks(1e9, 1e9)).phases.set_index("phase")
+    timing = report.training_step.timing
+    assert phases.loc["forward", "time_ms"] == timing.forward.median_ms
+    assert phases.loc["backward", "time_ms"] == timing.backward.median_ms
+    # a forward alone keeps its clean runs
+    plain = modelprof.profile(model, (64,), repeat=5, warmup=1, roofline=False)
+    forward = plain.utilization(peak=Peaks(1e9, 1e9)).phases.set_index("phase").loc["forward"]
+    assert forward["time_ms"] == plain.latency.median_ms

@@ -23,7 +23,8 @@ Conventions (:class:`Convention`), each named in :meth:`Utilization.describe`:
   report's probed peak; both are recorded when both are known (``Utilization.by_peak``).
 
 A row's time is its ``latency_ms`` (a training step: plus its ``backward_latency_ms``). The
-phases of a forward are ``forward``; of a training step ``forward``, ``backward`` (the loss's
+phases of a forward are ``forward``; of a training step ``forward`` (over the step's own
+forward, with autograd recording: not the clean eval-mode runs), ``backward`` (the loss's
 backward included) and ``step`` (forward, loss and backward FLOPs over the step's median; the
 optimizer's time is in the step, its FLOPs are not model FLOPs).
 """
@@ -438,13 +439,15 @@ def _phases(
     loss = np.array([r.kind == "loss" for r in report.rows], dtype=bool)
     traffic = float(sum(r.read_bytes + r.write_bytes for r, m in zip(report.rows, leaf) if m))
     fwd = float(own[leaf, 0].sum())
-    spans = [("forward", fwd, fwd, traffic, _median(report.latency))]
     step = report.training_step
+    t = None if step is None else step.timing  # the step's phase Measurements, where timed
+    # a step's forward is its own (autograd recording), not the clean runs' (eval, no grad)
+    forward = report.latency if t is None else t.forward
+    spans = [("forward", fwd, fwd, traffic, _median(forward))]
     if step is not None:
         bwd = float(own[leaf | loss, 1].sum())  # the loss's backward included
         again = float(own[leaf, 2].sum())
         whole = fwd + float(own[loss, 0].sum()) + bwd  # forward, loss, backward
-        t = step.timing  # None: not timed; else its ``backward`` and ``step`` Measurements
         for phase, model in (("backward", bwd), ("step", whole)):
             spans.append((phase, model, model + again, math.nan, _median(getattr(t, phase, None))))
     columns = ["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
