@@ -431,7 +431,10 @@ def test_a_model_runs_as_is_by_the_counting_passs_rule():
     # timing runs the model as it is: by the same rule, another dtype is refused, named
     lm = FakeLM()
     lm.scale = nn.Parameter(torch.ones(1))
-    with pytest.raises(ModelProfError, match=r"dtype=torch.float64 differ from the model's"):
+    # (only the dtype is named: the device is the model's; a newcomer read both named)
+    with pytest.raises(
+        ModelProfError, match=r"^dtype=torch.float64 \(the model's: torch.float32\): timing"
+    ):
         profile_generation(lm, step=make_step(lm), prompt_len=4, new_tokens=2, dtype="float64")
 
 

@@ -276,8 +276,10 @@ def _check_runnable(lm: LanguageModel) -> None:
     """Generation is timed on the model as it is: its device and dtype (``runs_as_is``)."""
     if not lm.runs_as_is:
         m_dev, m_dt = model_placement(lm.model)
+        asked = {"device": (lm.device, m_dev), "dtype": (lm.dtype, m_dt)}
+        differ = {k: v for k, v in asked.items() if v[0] != v[1]} or asked
+        said = " and ".join(f"{k}={a} (the model's: {m})" for k, (a, m) in differ.items())
         raise ModelProfError(
-            f"device={lm.device}/dtype={lm.dtype} differ from the model's "
-            f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
-            "first, or pass timing=False to count on another device/dtype"
+            f"{said}: timing runs the model as it is; move or cast it first (model.to(...)), "
+            f"or pass timing=False to count at another {'/'.join(differ)}"
         )
