@@ -15,6 +15,7 @@ from modelprof.errors import (
     ModelProfError,
     ModelProfWarning,
     NoisyMeasurementWarning,
+    SamplingPastBudgetWarning,
     TimingDisagreementWarning,
 )
 from modelprof.fit import fit
@@ -49,6 +50,7 @@ __all__ = [
     "ModelProfWarning",
     "LoadedMachineWarning",
     "NoisyMeasurementWarning",
+    "SamplingPastBudgetWarning",
     "Peaks",
     "Report",
     "TimingDisagreementWarning",

@@ -22,6 +22,7 @@ __all__ = [
     "ModelProfError",
     "ModelProfWarning",
     "NoisyMeasurementWarning",
+    "SamplingPastBudgetWarning",
     "TimingDisagreementWarning",
     "check_flag",
     "check_callback",
@@ -138,6 +139,12 @@ class FewSamplesWarning(NoisyMeasurementWarning):
 class LoadedMachineWarning(NoisyMeasurementWarning):
     """Issued once per measurement whose wall time the machine's load stretched (well above the
     CPU time of the same work); it names the CPU-time figure to quote."""
+
+
+class SamplingPastBudgetWarning(UserWarning):
+    """Said as a long sampling floor begins, where no progress bar shows it: the budget is spent
+    below ``min_samples`` and the call goes on for seconds more (``floor_extend_s=``,
+    ``layer_extend_s=`` cap it; ``progress=True`` shows a bar instead)."""
 
 
 class TimingDisagreementWarning(ModelProfWarning):

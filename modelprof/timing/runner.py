@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, SamplingPastBudgetWarning, warn_user
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import MachineShare, sm_clock_reader
 from modelprof.runtime.progress import progress_bar, sampling_bar
@@ -33,7 +33,27 @@ from modelprof.timing.sampler import (
     warm_up,
 )
 
-__all__ = ["Runner", "model_label", "sample_interleaved"]
+__all__ = ["EXTENSION_NOTICE_S", "Runner", "model_label", "sample_interleaved"]
+
+#: a sampling floor expected to take this many seconds or more past the budget is said as it
+#: starts, where no progress bar shows it
+EXTENSION_NOTICE_S = 5.0
+
+
+def _say_extension(desc: str, sampled: Sampled, need: int, cap: float) -> None:
+    """One notice as a long sampling floor begins: the budget is spent and the call goes on (a
+    newcomer's profile under load waited 52 s in silence). Expected: the runs still wanting,
+    at the median run so far, within ``cap``."""
+    if not sampled.n:
+        return
+    ahead = min(cap, (need - sampled.n) * float(np.median(sampled.samples_ms)) / 1e3)
+    if ahead >= EXTENSION_NOTICE_S:
+        warn_user(
+            f"modelprof: {desc}: the time budget ended at {sampled.n} of min_samples={need} "
+            f"runs; sampling on for up to {ahead:.0f} s more (floor_extend_s=, per layer "
+            "layer_extend_s=, cap it; progress=True shows a bar)",
+            SamplingPastBudgetWarning,
+        )
 
 
 def model_label(model: Any) -> str:
@@ -164,6 +184,8 @@ class Runner:
         need = opts.stop.promised_min
         cap = opts.stop.floor_cap_s if floor_cap_s is None else floor_cap_s
         if need is not None and sampled.n < need and cap > 0:
+            if not opts.progress and opts.warn:
+                _say_extension(desc, sampled, need, cap)
             extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
             extend = progress_bar(need, enabled=opts.progress, unit="run", desc=extending)
             with share, extend as bar:
