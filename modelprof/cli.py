@@ -1298,7 +1298,7 @@ def _run_fit(ctx: _Context) -> None:
     _memory_flag(a.memory_bytes)
     if "png" in ctx.formats:
         raise ModelProfError("--format png: fit draws no figure (its formats are the tables')")
-    model, _, size = load_sized_model(a.spec, torch.device("meta"), None)
+    model, name, size = load_sized_model(a.spec, torch.device("meta"), None)
     if size is not None and takes_token_ids(model):  # fed token ids: no input size
         size = None
     report = fit(
@@ -1317,7 +1317,7 @@ def _run_fit(ctx: _Context) -> None:
     )
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
-        ctx.write_formats(f"{Path(a.spec.partition(':')[0]).stem}_fit", report.export)
+        ctx.write_formats(f"{name}_fit", report.export)  # named as generate names its files
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ _LAYER = re.compile(r"\.\d+$")
 CHECKPOINTING = ("none", "full", "selective")
 #: the ``fits`` row in words: -1 where the activations were not counted and the rest fits
 _VERDICTS = {1: "yes", 0: "no", -1: "weights and states only"}
+#: a per-layer table's view options, which a fit's table (a component a row) does not take
+_LAYER_VIEWS = ("style", "group_by", "units", "depth", "leaf_only", "top_k", "sort_by")
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = tuple(
     "weights kv_cache activation master_weights gradients optimizer_state saved_activations".split()
@@ -134,20 +136,35 @@ class FitReport(Exports):
         ``component``), JSON with the device, the model and the notes as its environment; a
         human one as :meth:`to_text` shows it, the head line its caption and on a page (HTML,
         Markdown, unless ``standalone=False``) the notes below; LaTeX keeps every plan and
-        scales. ``to_text`` is the text above."""
+        scales. Text is :meth:`to_text`'s. ``columns`` picks plans (``component`` is kept); a
+        per-layer table's views (``depth``, ``style``, ``units``...) are refused."""
         fmt = get_format(format)
         check_read_by(fmt.name, view)
+        given = ViewOptions.parse(view.pop("view", None), **view)
+        unset = ViewOptions()
+        asked = [k for k in _LAYER_VIEWS if getattr(given, k) != getattr(unset, k)]
+        if asked or (fmt.name == "text" and view):
+            said = ", ".join(f"{k}={getattr(given, k)!r}" for k in asked or view)
+            raise ModelProfError(
+                f"{said}: a fit's table is a component a row, its bytes as printed (text: "
+                "to_text's, which takes none); columns= picks plans"
+            )
+        if fmt.name == "text":
+            return self.to_text(path)
         frame = self._shown() if fmt.human else self.table
         frame = frame.rename_axis("component").reset_index()
+        if isinstance(given.columns, tuple) and "component" not in given.columns:
+            given = given.replace(columns=("component", *given.columns))
         head = self._head()
-        given = ViewOptions.parse(view.pop("view", None), **view).with_defaults(
+        given = given.with_defaults(
             view,
             caption=head,
             title=head,
             summary=(head, *self._notes()),
             standalone=True,
             show_totals=False,
-            fit="scale",  # every plan kept: a paper's table scales to the width
+            # every plan kept: a paper's table scales to the width (a longtable cannot)
+            **({} if given.long else {"fit": "scale"}),
         )
         env = None
         if not fmt.human:

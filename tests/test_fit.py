@@ -258,6 +258,14 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     tex = report.to_latex()
     assert "dropped to fit" not in tex and "\\resizebox" in tex  # every plan kept, scaled
     assert latex_headers(tex) == ["component", *report.table.columns]
+    # text is to_text's (what the command line prints, notes included); plans picked keep the
+    # component; a per-layer table's views are refused, not ignored (review)
+    assert report.export("text") == report.to_text()
+    assert report.to_csv(columns=["inference"]).splitlines()[0] == "component,inference"
+    assert "longtable" in report.to_latex(long=True)  # not scaled: a longtable cannot be
+    for option in (dict(units="fixed"), dict(style="torchstat"), dict(depth=1)):
+        with pytest.raises(ModelProfError, match="a fit's table is a component a row"):
+            report.to_markdown(**option)
     spec = (
         "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
         "num_attention_heads=4,num_key_value_heads=2,vocab_size=101"
@@ -265,8 +273,8 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     out = tmp_path / "out"
     args = ["fit", spec, "--context", "16", "--ranks", "2", "--on", "L4", "--out", str(out)]
     assert main([*args, "--format", "csv,tex"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["LlamaConfig_fit.csv", "LlamaConfig_fit.tex"]
-    written = read_csv(out / "LlamaConfig_fit.csv").set_index("component").rename_axis(None)
+    assert sorted(p.name for p in out.iterdir()) == ["Llama_fit.csv", "Llama_fit.tex"]
+    written = read_csv(out / "Llama_fit.csv").set_index("component").rename_axis(None)
     pd.testing.assert_frame_equal(written, report.table, check_index_type=False)
     assert main([*args, "--format", "png"]) == 2
     assert "fit draws no figure" in capsys.readouterr().err

@@ -138,6 +138,11 @@ def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
         "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
         "latency_ms", "flops_pct", "latency_pct",
     ]  # fmt: skip
+    # a grouped or torchstat table has no compact view: whole, its key column kept (review:
+    # the compact columns of a grouped table lost the layer types)
+    grouped = timed.to_text(group_by="layer_type")
+    assert timed.to_text(columns="compact", group_by="layer_type") == grouped
+    assert timed.to_csv(columns="compact", style="torchstat") == timed.to_csv(style="torchstat")
 
 
 def test_group_by_layer_type_in_every_exporter(tmp_path, timed):

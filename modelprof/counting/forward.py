@@ -208,9 +208,9 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
             f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
         )
         module = next((m for m, n in tracker.names.items() if n == inner.name), None)
-        hint = _embedding_hint(e, module, inputs) or shape_as_inputs_hint(
-            e, inputs.args, inputs.kwargs
-        )
+        hint = _embedding_hint(e, module, inputs)
+        if not inner.input_shapes:  # the module that failed was given no tensor
+            hint = hint or shape_as_inputs_hint(e, inputs.args, inputs.kwargs)
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (

@@ -230,12 +230,18 @@ def select_rows(
 
 def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.DataFrame:
     """The given columns in the given order; ``None`` or ``"all"`` keeps them all,
-    ``"compact"`` the :data:`COMPACT_COLUMNS` it has."""
+    ``"compact"`` a per-layer table's :data:`COMPACT_COLUMNS` after the keys that tell its
+    rows apart (a generation report's phase, context and batch size; ranks), another table
+    (grouped, torchstat's) whole."""
     require_columns(df, (), "select_columns")
+    compact = isinstance(columns, str) and columns == "compact"
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
-    if isinstance(columns, str) and columns == "compact":
-        columns = compact_columns(df) or list(df.columns)  # (a table of none: all)
+    if compact and "module" not in df.columns:
+        return df
+    if compact:
+        keys = [c for c in ("rank", "phase", "context", "batch_size") if c in df.columns]
+        columns = [*keys, *compact_columns(df)]
     wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
     if unknown:

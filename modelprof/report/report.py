@@ -802,7 +802,8 @@ class Report(Exports):
         phases = used.phases.set_index("phase")
         if "forward" not in phases.index or not a.quote_ms > 0:
             return ""
-        mfu = float(phases.loc["forward", "mfu"]) * a.clean_ms / a.quote_ms  # (a step's forward)
+        forward = phases.loc["forward"]  # its MFU over its own time (a step's: the step's forward)
+        mfu = float(forward["mfu"]) * float(forward["time_ms"]) / a.quote_ms
         return (
             f"; over the (root) row's {a.quote_ms:.3f} ms, the figure to quote (the clean "
             f"median {a.clean_ms:.3f} ms was slowed): the forward's MFU {mfu:.3g}"

@@ -511,11 +511,16 @@ def token_inputs(
     return made
 
 
+_AN_INT = re.compile(r"\bint\b")
+
+
 def shape_as_inputs_hint(error: BaseException, args: Any, kwargs: Any = None) -> str:
-    """The hint for a call refused with a TypeError whose arguments, given as ``inputs=``, are
-    ints alone (``inputs=(16,)``): a shape, meant as ``input_size=``; else ""."""
+    """The hint for a call whose arguments, given as ``inputs=``, are ints alone (``inputs=
+    (16,)``: a shape, meant as ``input_size=``) refused for an int (``must be Tensor, not
+    int``; BatchNorm's ``'int' object has no attribute 'dim'``); else ""."""
     shape = isinstance(args, (tuple, list)) and args and all(map(is_int, args))
-    if not (shape and not kwargs and isinstance(error, TypeError)):
+    refused = isinstance(error, (TypeError, AttributeError)) and _AN_INT.search(str(error))
+    if not (shape and not kwargs and refused):
         return ""
     size = tuple(args)
     return (
