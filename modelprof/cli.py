@@ -1317,7 +1317,9 @@ def _run_fit(ctx: _Context) -> None:
     )
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
-        ctx.write_formats(f"{name}_fit", report.export)  # named as generate names its files
+        # named as generate names its files; a file's factory by its own name, as profile does
+        stem = a.spec.rpartition(":")[2] if ".py:" in a.spec else name
+        ctx.write_formats(f"{stem}_fit", report.export)
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -141,10 +141,11 @@ class LoadedMachineWarning(NoisyMeasurementWarning):
     CPU time of the same work); it names the CPU-time figure to quote."""
 
 
-class SamplingPastBudgetWarning(UserWarning):
+class SamplingPastBudgetWarning(ModelProfWarning):
     """Said as a long sampling floor begins, where no progress bar shows it: the budget is spent
     below ``min_samples`` and the call goes on for seconds more (``floor_extend_s=``,
-    ``layer_extend_s=`` cap it; ``progress=True`` shows a bar instead)."""
+    ``layer_extend_s=`` cap it; ``progress=True`` with tqdm shows a bar instead). A rank that
+    does not speak, as for every ``ModelProfWarning``, says nothing."""
 
 
 class TimingDisagreementWarning(ModelProfWarning):

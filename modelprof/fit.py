@@ -142,19 +142,31 @@ class FitReport(Exports):
         check_read_by(fmt.name, view)
         given = ViewOptions.parse(view.pop("view", None), **view)
         unset = ViewOptions()
-        asked = [k for k in _LAYER_VIEWS if getattr(given, k) != getattr(unset, k)]
-        if asked or (fmt.name == "text" and view):
-            said = ", ".join(f"{k}={getattr(given, k)!r}" for k in asked or view)
+        differ = [
+            f.name
+            for f in dataclasses.fields(given)
+            if getattr(given, f.name) != getattr(unset, f.name)
+        ]
+        asked = [k for k in differ if k in _LAYER_VIEWS]
+        if asked:
             raise ModelProfError(
-                f"{said}: a fit's table is a component a row, its bytes as printed (text: "
-                "to_text's, which takes none); columns= picks plans"
+                f"{', '.join(f'{k}={getattr(given, k)!r}' for k in asked)}: a fit's table is a "
+                "component a row, its bytes as printed; columns= picks plans"
             )
         if fmt.name == "text":
+            if differ:  # (by keyword or in view=)
+                raise ModelProfError(
+                    f"{', '.join(f'{k}={getattr(given, k)!r}' for k in differ)}: a fit's text "
+                    "is to_text's, which takes no view options"
+                )
             return self.to_text(path)
         frame = self._shown() if fmt.human else self.table
         frame = frame.rename_axis("component").reset_index()
-        if isinstance(given.columns, tuple) and "component" not in given.columns:
-            given = given.replace(columns=("component", *given.columns))
+        plans = given.columns
+        if isinstance(plans, str) and plans not in ("all", "compact"):
+            plans = (plans,)  # one plan
+        if isinstance(plans, tuple) and "component" not in plans:
+            given = given.replace(columns=("component", *plans))
         head = self._head()
         given = given.with_defaults(
             view,
@@ -163,8 +175,9 @@ class FitReport(Exports):
             summary=(head, *self._notes()),
             standalone=True,
             show_totals=False,
-            # every plan kept: a paper's table scales to the width (a longtable cannot)
-            **({} if given.long else {"fit": "scale"}),
+            # every plan kept: a paper's table scales to the width (a longtable, which cannot,
+            # is laid out at its own)
+            **({"width": None} if given.long else {"fit": "scale"}),
         )
         env = None
         if not fmt.human:

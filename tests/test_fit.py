@@ -14,7 +14,7 @@ import torch
 from helpers import latex_headers
 
 import modelprof
-from modelprof import ModelProfError, ModelProfWarning
+from modelprof import ModelProfError, ModelProfWarning, ViewOptions
 from modelprof.cli import main
 from modelprof.fit import fit
 
@@ -262,7 +262,12 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     # component; a per-layer table's views are refused, not ignored (review)
     assert report.export("text") == report.to_text()
     assert report.to_csv(columns=["inference"]).splitlines()[0] == "component,inference"
-    assert "longtable" in report.to_latex(long=True)  # not scaled: a longtable cannot be
+    long = report.to_latex(long=True)  # not scaled (a longtable cannot be), nor cut to a width
+    assert "longtable" in long and "dropped to fit" not in long
+    assert latex_headers(long) == ["component", *report.table.columns]
+    assert report.to_csv(columns="inference").splitlines()[0] == "component,inference"
+    with pytest.raises(ModelProfError, match="a fit's text is to_text's"):
+        report.export("text", view=ViewOptions(max_rows=2))
     for option in (dict(units="fixed"), dict(style="torchstat"), dict(depth=1)):
         with pytest.raises(ModelProfError, match="a fit's table is a component a row"):
             report.to_markdown(**option)

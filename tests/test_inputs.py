@@ -46,9 +46,26 @@ def test_a_shape_given_as_inputs_hints_input_size_once_the_forward_refuses_it() 
     for backward in (False, True):
         with pytest.raises(ModelProfError, match=r"(?s)not int.*pass input_size=\(16,\)"):
             profile(model, inputs=(16,), backward=backward, timing=False)
-    # another TypeError, or inputs that are tensors, get no such hint
+    # a shape with its batch, each int an argument: "takes 2 positional arguments but 3 were
+    # given" is the same mistake (review: the hint had gone for it)
+    with pytest.raises(ModelProfError, match=r"(?s)3 were given.*pass input_size=\(1, 16\)"):
+        profile(model, inputs=(1, 16), timing=False)
+    # inputs that are tensors, or ints a module takes on purpose before another of its modules
+    # (given a tensor) fails, get no such hint
     with pytest.raises(ModelProfError) as err:
         profile(model, inputs=(torch.zeros(1, 16), 3), timing=False)
+    assert "input_size=" not in str(err.value)
+
+    class _TakesAnInt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, n: int) -> torch.Tensor:
+            return self.lin(torch.zeros(1, n), 3)  # the user's own mistake, on a tensor
+
+    with pytest.raises(ModelProfError, match="'lin' \\(Linear, input 1x4\\)") as err:
+        profile(_TakesAnInt(), inputs=(4,), timing=False)
     assert "input_size=" not in str(err.value)
 
 

@@ -124,7 +124,7 @@ def test_a_generation_report_takes_the_view_options_every_exporter_takes():
     assert report.to_text(view=ViewOptions(depth=1), depth=0) == report.to_text(depth=0)
     assert len(report.to_csv(depth=1).splitlines()) == 1 + 2 * 3  # the header + 6 rows
     # the compact columns keep the keys that tell the phases' rows apart (review: they went)
-    assert report.to_csv(columns="compact").startswith("phase,context,batch_size,module,type,")
+    assert report.to_csv(columns="compact").startswith("phase,context,batch_size,module,call,type,")
     # the caller's columns and caption win over the report's defaults
     tex = str(report.export("tex", columns=["phase", "module", "macs"], caption="Mine"))
     assert "phase & module & MACs" in tex and "\\caption{Mine}" in tex

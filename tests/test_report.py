@@ -135,9 +135,18 @@ def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
     assert timed.to_markdown(columns="compact") == md
     compact = timed.to_csv(columns="compact").splitlines()[0].split(",")
     assert compact == [
-        "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
-        "latency_ms", "flops_pct", "latency_pct",
-    ]  # fmt: skip
+        "module",
+        "call",
+        "type",
+        "output_shape",
+        "params",
+        "macs",
+        "flops",
+        "output_bytes",
+        "latency_ms",
+        "flops_pct",
+        "latency_pct",
+    ]  # fmt: skip (a file keeps call, which a table shows in its label: diff matches by it)
     # a grouped or torchstat table has no compact view: whole, its key column kept (review:
     # the compact columns of a grouped table lost the layer types)
     grouped = timed.to_text(group_by="layer_type")

@@ -209,8 +209,8 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         )
         module = next((m for m, n in tracker.names.items() if n == inner.name), None)
         hint = _embedding_hint(e, module, inputs)
-        if not inner.input_shapes:  # the module that failed was given no tensor
-            hint = hint or shape_as_inputs_hint(e, inputs.args, inputs.kwargs)
+        if not inner.input_shapes:  # the module that failed was given no tensor: the ints?
+            hint = shape_as_inputs_hint(e, inputs.args, inputs.kwargs) or hint
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (

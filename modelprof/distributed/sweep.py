@@ -142,7 +142,7 @@ class _Runner:
         if row is not None and row.get("status") != "ok" and self.retry_failed:
             return None
         threads = None if row is None else row.get("threads")
-        on_cpu = config.timing and config.device == "cpu"  # (a GPU's kernels use no threads)
+        on_cpu = config.timing and torch.device(config.device).type == "cpu"  # (cpu:0 too)
         if on_cpu and threads is not None and threads != torch.get_num_threads():
             return None  # timed at another thread count (--threads): not the timing asked for
         return row

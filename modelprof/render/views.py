@@ -488,11 +488,17 @@ def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) ->
 
 
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
-    """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
+    """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON); the
+    compact columns with ``call`` after ``module`` (a table shows a repeated call in its label:
+    ``fc #2``; a file needs the column, as ``Report.diff`` does to match rows)."""
     require_columns(df, (), "selected_frame")
     if view.selects_rows():
         df = select_rows(df, **view.selection)
-    return select_columns(df, view.columns)
+    out = select_columns(df, view.columns)
+    if view.columns == "compact" and "call" in df.columns and "module" in out.columns:
+        at = list(out.columns).index("module") + 1
+        out = df[[*out.columns[:at], "call", *out.columns[at:]]]
+    return out
 
 
 def prepare_table(

@@ -511,16 +511,14 @@ def token_inputs(
     return made
 
 
-_AN_INT = re.compile(r"\bint\b")
-
-
 def shape_as_inputs_hint(error: BaseException, args: Any, kwargs: Any = None) -> str:
     """The hint for a call whose arguments, given as ``inputs=``, are ints alone (``inputs=
-    (16,)``: a shape, meant as ``input_size=``) refused for an int (``must be Tensor, not
-    int``; BatchNorm's ``'int' object has no attribute 'dim'``); else ""."""
+    (16,)``: a shape, meant as ``input_size=``) refused with a TypeError (``must be Tensor, not
+    int``; ``forward() takes 2 positional arguments but 3 were given``) or BatchNorm's
+    AttributeError (``'int' object has no attribute 'dim'``); else "". The caller judges that
+    the ints reached what refused them (a module given no tensor)."""
     shape = isinstance(args, (tuple, list)) and args and all(map(is_int, args))
-    refused = isinstance(error, (TypeError, AttributeError)) and _AN_INT.search(str(error))
-    if not (shape and not kwargs and refused):
+    if not (shape and not kwargs and isinstance(error, (TypeError, AttributeError))):
         return ""
     size = tuple(args)
     return (

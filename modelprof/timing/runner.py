@@ -20,7 +20,7 @@ import torch
 from modelprof.errors import ModelProfError, SamplingPastBudgetWarning, warn_user
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import MachineShare, sm_clock_reader
-from modelprof.runtime.progress import progress_bar, sampling_bar
+from modelprof.runtime.progress import NoProgress, progress_bar, sampling_bar
 from modelprof.timing.clock import CpuClock, Phase, clock_for, thread_share
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -40,18 +40,23 @@ __all__ = ["EXTENSION_NOTICE_S", "Runner", "model_label", "sample_interleaved"]
 EXTENSION_NOTICE_S = 5.0
 
 
-def _say_extension(desc: str, sampled: Sampled, need: int, cap: float) -> None:
+def _say_extension(
+    desc: str, sampled: Sampled, need: int, cap: float, cap_name: str = "floor_extend_s"
+) -> None:
     """One notice as a long sampling floor begins: the budget is spent and the call goes on (a
-    newcomer's profile under load waited 52 s in silence). Expected: the runs still wanting,
-    at the median run so far, within ``cap``."""
-    if not sampled.n:
+    newcomer's profile under load waited 52 s in silence). Expected: the runs still wanting at
+    what a sample has cost so far (its wall time: a per-layer sample runs a plain pass too, a
+    training step's times its backward alone), within ``cap``; none where not even one run
+    would start (:func:`~modelprof.timing.sampler.extend` starts one only if its median sample
+    fits in the cap)."""
+    if not sampled.n or float(np.median(sampled.samples_ms)) / 1e3 > cap:
         return
-    ahead = min(cap, (need - sampled.n) * float(np.median(sampled.samples_ms)) / 1e3)
+    ahead = min(cap, (need - sampled.n) * sampled.wall_s / sampled.n)
     if ahead >= EXTENSION_NOTICE_S:
         warn_user(
             f"modelprof: {desc}: the time budget ended at {sampled.n} of min_samples={need} "
-            f"runs; sampling on for up to {ahead:.0f} s more (floor_extend_s=, per layer "
-            "layer_extend_s=, cap it; progress=True shows a bar)",
+            f"runs; sampling on for up to about {ahead:.0f} s more ({cap_name}= caps it; "
+            "progress=True with tqdm shows a bar)",
             SamplingPastBudgetWarning,
         )
 
@@ -184,10 +189,11 @@ class Runner:
         need = opts.stop.promised_min
         cap = opts.stop.floor_cap_s if floor_cap_s is None else floor_cap_s
         if need is not None and sampled.n < need and cap > 0:
-            if not opts.progress and opts.warn:
-                _say_extension(desc, sampled, need, cap)
             extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
             extend = progress_bar(need, enabled=opts.progress, unit="run", desc=extending)
+            if opts.warn and isinstance(extend, NoProgress):  # no bar (off, or no tqdm)
+                cap_name = "floor_extend_s" if floor_cap_s is None else "layer_extend_s"
+                _say_extension(desc, sampled, need, cap, cap_name)
             with share, extend as bar:
                 bar.update(sampled.n)
                 sampled = self.guarded(
