@@ -12,7 +12,8 @@ import numbers
 import os
 import sys
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 __all__ = [
     "DriftWarning",
@@ -30,10 +31,18 @@ __all__ = [
     "error_line",
     "is_int",
     "keywords_named",
+    "nearest_keywords",
     "warn_user",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def nearest_keywords(unknown: Sequence[str], names: Sequence[str]) -> str:
+    """`` (devce=: did you mean device=?)`` for each of ``unknown`` near one of ``names``: how
+    every refusal of a misspelt keyword names the one meant."""
+    near = [(k, difflib.get_close_matches(k, names, n=1, cutoff=0.75)) for k in unknown]
+    return "".join(f" ({k}=: did you mean {n[0]}=?)" for k, n in near if n)
 
 
 def keywords_named(fn: _F) -> _F:
@@ -50,10 +59,9 @@ def keywords_named(fn: _F) -> _F:
     def call(*args: Any, **kwargs: Any) -> Any:
         unknown = [k for k in kwargs if k not in taken]
         if unknown:
-            near = [(k, difflib.get_close_matches(k, taken, n=1, cutoff=0.75)) for k in unknown]
-            said = "".join(f" ({k}=: did you mean {n[0]}=?)" for k, n in near if n)
             raise ModelProfError(
-                f"{fn.__qualname__}() takes no keyword(s) {unknown}{said}; it takes {taken}"
+                f"{fn.__qualname__}() takes no keyword(s) {unknown}"
+                f"{nearest_keywords(unknown, taken)}; it takes {taken}"
             )
         return fn(*args, **kwargs)
 

@@ -4,12 +4,11 @@ Selection, units and footer apply to every format; the rest to one (:data:`FORMA
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from modelprof.errors import ModelProfError, check_flag, is_int
+from modelprof.errors import ModelProfError, check_flag, is_int, nearest_keywords
 
 __all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count", "check_read_by"]
 
@@ -199,14 +198,8 @@ def _check_names(options: Mapping[str, Any], cls: type) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(options) - set(names))
     if unknown:
-        near = [
-            f" ({k}=: did you mean {n[0]}=?)"
-            for k in unknown
-            if (n := difflib.get_close_matches(k, names, n=1, cutoff=0.75))
-        ]
-        raise ModelProfError(
-            f"unknown view option(s) {unknown}{''.join(near)}; valid: {sorted(names)}"
-        )
+        near = nearest_keywords(unknown, names)
+        raise ModelProfError(f"unknown view option(s) {unknown}{near}; valid: {sorted(names)}")
 
 
 def _check_units(units: Any) -> str:

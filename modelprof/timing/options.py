@@ -27,14 +27,19 @@ down, so no pass can disagree with another about them.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError, ModelProfWarning, check_flag, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    check_flag,
+    nearest_keywords,
+    warn_user,
+)
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode
 from modelprof.timing.clock import check_clock
@@ -106,15 +111,11 @@ def check_option_names(kwargs: Mapping[str, Any], own: Iterable[str] = ()) -> No
         return
     peers = [f"{k}= is {_PEER_NAMES[k]}= here; " for k in unknown if k in _PEER_NAMES]
     names = sorted({*OPTION_NAMES, *own})
-    near = [  # a misspelling: the nearest name
-        f" ({k}=: did you mean {n[0]}=?)"
-        for k in unknown
-        if k not in _PEER_NAMES and (n := difflib.get_close_matches(k, names, n=1, cutoff=0.75))
-    ]
+    near = nearest_keywords([k for k in unknown if k not in _PEER_NAMES], names)
     # beside a function's own keywords, a misspelling may be of either: not "timing" alone
     what = "keyword(s)" if own else "timing option(s)"
     raise ModelProfError(
-        "".join(peers) + f"unknown {what} {unknown}{''.join(near)}; the timing "
+        "".join(peers) + f"unknown {what} {unknown}{near}; the timing "
         f"options are {sorted(OPTION_NAMES)}"
     )
 
