@@ -141,12 +141,7 @@ class FitReport(Exports):
         fmt = get_format(format)
         check_read_by(fmt.name, view)
         given = ViewOptions.parse(view.pop("view", None), **view)
-        unset = ViewOptions()
-        differ = [
-            f.name
-            for f in dataclasses.fields(given)
-            if getattr(given, f.name) != getattr(unset, f.name)
-        ]
+        differ = given.changed()
         asked = [k for k in differ if k in _LAYER_VIEWS]
         if asked:
             raise ModelProfError(

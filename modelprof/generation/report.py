@@ -439,15 +439,12 @@ class GenerationReport(Exports):
         """:meth:`to_markdown`'s document: its tables are shown whole, so an option that would
         select or shape a table is refused, not dropped (a keyword, or a shared ``view``'s
         selection and units; another format's fields in that view are that format's)."""
-        unset = ViewOptions()
+        changed = given.changed()
         asked = sorted(
             f.name
             for f in dataclasses.fields(ViewOptions)
             if f.name != "standalone"
-            and (
-                f.name in options
-                or (f.name in _SHAPING and getattr(given, f.name) != getattr(unset, f.name))
-            )
+            and (f.name in options or (f.name in _SHAPING and f.name in changed))
         )
         if asked:
             raise ModelProfError(

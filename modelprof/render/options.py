@@ -161,13 +161,15 @@ class ViewOptions:
         ``given`` (the keywords passed, which win even at that value: ``caption=None``). A
         ViewOptions cannot tell a field set to its default from one left alone: there the
         caller's default applies, so insist on a default value as a keyword."""
-        unset, given = ViewOptions(), set(given)
-        update = {
-            k: v
-            for k, v in defaults.items()
-            if k not in given and getattr(self, k) == getattr(unset, k)
-        }
+        taken = {*given, *self.changed()}
+        update = {k: v for k, v in defaults.items() if k not in taken}
         return self.replace(**update) if update else self
+
+    def changed(self) -> tuple[str, ...]:
+        """The fields set away from ViewOptions' own defaults."""
+        unset = ViewOptions()
+        fields = dataclasses.fields(self)
+        return tuple(f.name for f in fields if getattr(self, f.name) != getattr(unset, f.name))
 
     def fit_for(self, columns: Any, given: Iterable[str] = ()) -> ViewOptions:
         """Columns named one by one or ``"all"`` (not ``"compact"``) are kept and the LaTeX table
