@@ -401,7 +401,7 @@ def measure_throughput(
     for bad in ("inputs", "batch_size", "input_size"):
         if bad in timing_options:
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
-    check_option_names(timing_options, own=keyword_names(measure_throughput))  # max_bach=
+    check_option_names(timing_options, own=_KEYWORDS)  # max_bach=
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
     asked = TimingOptions.parse(options, **timing_options)
@@ -446,6 +446,9 @@ def measure_throughput(
         **flags,
     )
     return result
+
+
+_KEYWORDS = keyword_names(measure_throughput)  # (read once, as profile's)
 
 
 def _disagreements(points: list[ThroughputPoint], warn: bool) -> list[NeighbourDisagreement]:
