@@ -11,7 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof.errors import FewSamplesWarning, ModelProfError
+from modelprof.errors import (
+    DriftWarning,
+    FewSamplesWarning,
+    LoadedMachineWarning,
+    ModelProfError,
+    NoisyMeasurementWarning,
+)
 from modelprof.timing import Measurement, measure_latency
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cache_bytes
@@ -311,12 +317,31 @@ def test_a_shape_given_as_inputs_is_named_input_size_once_it_fails():
 
 
 def test_noisy_run_warns_once():
+    # samples of 0.3 or 1.0 ms at random: IQR/median far above the noise threshold, on any
+    # machine. One warning, of the first reason in warn_if_noisy's order: on a quiet machine
+    # the noise itself; where the run also read the machine as loaded (other work beside the
+    # suite), the load, which names the cause and is a NoisyMeasurementWarning too
     rng = np.random.default_rng(0)
     durations = iter(rng.choice([0.3, 1.0], size=10_000))
 
-    with pytest.warns(UserWarning, match="noisy timing"):
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
         m = measure_latency(lambda: spin(next(durations)), warmup=0, repeat=40)
-    assert m.noisy
+    assert m.noisy and m.n == 40
+    expected = (
+        FewSamplesWarning
+        if m.undersampled
+        else DriftWarning
+        if m.stable is False
+        else LoadedMachineWarning
+        if m.loaded
+        else NoisyMeasurementWarning
+    )
+    got = [w for w in rec if issubclass(w.category, NoisyMeasurementWarning)]
+    assert [w.category for w in got] == [expected]
+    if expected is NoisyMeasurementWarning:
+        assert "noisy timing" in str(got[0].message) and "IQR/median" in str(got[0].message)
+    assert m.warn_if_noisy() is False  # once
 
 
 def test_model_inputs_are_used_as_given():

@@ -1,5 +1,6 @@
 """A sweep's results on disk: one JSON file per finished configuration, written atomically (a
-killed sweep leaves only whole files, which a rerun skips), and the combined table."""
+killed sweep leaves only whole result files, which a rerun skips, and at most a hidden temporary
+file per killed writer, which the next finished sweep removes), and the combined table."""
 
 from __future__ import annotations
 
@@ -99,7 +100,12 @@ class ResultStore:
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
-        """``sweep.csv`` and ``sweep.json``, each atomically."""
+        """``sweep.csv`` and ``sweep.json``, each atomically; called once every rank is done, so
+        a ``.<name>.tmp`` left in ``configs/`` is a killed writer's (a SIGKILL between the
+        temporary file and its rename skips ``write_atomic``'s clean-up): removed."""
+        for stray in self.folder.glob(".*.json.*.tmp"):
+            with contextlib.suppress(OSError):
+                stray.unlink()
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
         _write(csv_path, self.csv_text(frame))
         _write(json_path, self.json_text(frame))
