@@ -575,11 +575,12 @@ class _Context:
         # an empty --format '' names no format: refused, not ignored
         self.formats = parse_formats(args.format) if args.format is not None else ()
         self.out: Path | None = None
+        self.made: list[Path] = []  # the --out directories this run created
         if self.formats or args.out is not None:
             self.out = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
             _check_writers(self.formats)  # before any work: no half-written --out
-            _prepare_out(self.out)  # before any work: a bad --out fails in a second
+            self.made = _prepare_out(self.out)  # before any work: a bad --out fails in a second
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
     def step_lines(self, say: Any) -> Any:
@@ -671,6 +672,14 @@ class _Context:
     def wrote(self, path: Path) -> None:
         print(f"wrote {path}", file=self.stderr)
 
+    def remove_unused_out(self) -> None:
+        """After a failed run: the ``--out`` directories it created, if nothing went in."""
+        for folder in self.made:  # deepest first; a folder holding anything stays, and above it
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
 
@@ -720,11 +729,12 @@ def _check_writers(formats: Sequence[str]) -> None:
             raise needs_package(f"--format {fmt}", package)
 
 
-def _prepare_out(out: Path) -> None:
-    """Create the ``--out`` directory, or refuse one that cannot be written."""
+def _prepare_out(out: Path) -> list[Path]:
+    """Create the ``--out`` directory, or refuse one that cannot be written; the directories
+    made (deepest first)."""
     from modelprof.distributed.sweep_store import make_folder
 
-    make_folder(out, f"--out {str(out)!r}")
+    return make_folder(out, f"--out {str(out)!r}")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -1407,7 +1417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _all_ranks(getattr(args, "all_ranks", False)),
             _one_line_warnings(stderr if is_speaker() else io.StringIO()),
         ):
-            status = args.run(_Context(args, stdout, stderr))
+            ctx = _Context(args, stdout, stderr)
+            try:
+                status = args.run(ctx)
+            except BaseException:
+                ctx.remove_unused_out()  # a refused or failed run leaves no empty --out behind
+                raise
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2

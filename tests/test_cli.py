@@ -299,6 +299,20 @@ def test_model_errors_exit_2(nets: Path, capsys: pytest.CaptureFixture) -> None:
     assert err.startswith("modelprof: error:") and "Traceback" not in err
 
 
+def test_a_failed_run_leaves_no_empty_out_behind(nets: Path, tmp_path: Path) -> None:
+    # --out is made before the work (a bad one fails at once); a run that then fails removes
+    # the folders it made while they are empty, and never one that was there or holds a file
+    out = tmp_path / "new" / "deeper"
+    assert main(["profile", f"{nets}:broken", "--no-timing", "--out", str(out)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nets.py"]
+    kept = tmp_path / "kept"
+    (kept / "deeper").mkdir(parents=True)
+    (kept / "file.txt").write_text("mine")
+    assert main(["profile", f"{nets}:broken", "--out", str(kept / "deeper" / "x")]) == 2
+    assert sorted(p.name for p in kept.iterdir()) == ["deeper", "file.txt"]
+    assert list((kept / "deeper").iterdir()) == []  # there before the run: stays
+
+
 def test_unexpected_errors_exit_1_with_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -281,8 +281,10 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["Llama_fit.csv", "Llama_fit.tex"]
     written = read_csv(out / "Llama_fit.csv").set_index("component").rename_axis(None)
     pd.testing.assert_frame_equal(written, report.table, check_index_type=False)
-    assert main([*args, "--format", "png"]) == 2
+    fresh = ["--out", str(tmp_path / "png_out")]
+    assert main([*args, *fresh, "--format", "png"]) == 2
     assert "fit draws no figure" in capsys.readouterr().err
+    assert not (tmp_path / "png_out").exists()  # refused: the --out made for it is removed
 
 
 def test_memory_estimate_prints_human_units_and_stays_numeric():

@@ -5,6 +5,7 @@ file per killed writer, which the next finished sweep removes), and the combined
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import tempfile
@@ -40,8 +41,10 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def make_folder(folder: Path, label: str) -> None:
-    """Create ``folder``; refuse, naming ``label``, one under a file or not writable."""
+def make_folder(folder: Path, label: str) -> list[Path]:
+    """Create ``folder``; refuse, naming ``label``, one under a file or not writable. The
+    directories it created, deepest first (for a caller that removes them if left empty)."""
+    missing = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
     existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ModelProfError(f"{label}: {str(existing)!r} is a file, not a directory")
@@ -51,6 +54,7 @@ def make_folder(folder: Path, label: str) -> None:
         raise ModelProfError(f"{label}: cannot create the directory ({e.strerror or e})") from e
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ModelProfError(f"{label}: the directory is not writable")
+    return missing
 
 
 class ResultStore:
