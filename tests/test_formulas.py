@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -341,6 +342,40 @@ def test_lstm_flops_do_not_depend_on_the_kernel():
     shapes = profile(lstm, inputs=x, timing=False, device="meta")  # per-step addmm path
     assert fused.totals["macs"] == shapes.totals["macs"] == 15 * 4 * 6 * (4 + 6)  # 3600
     assert fused.totals["flops"] == shapes.totals["flops"]
+    assert fused.totals["madd"] == shapes.totals["madd"]  # (the fused rule lost the joins)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_a_fused_rnn_counts_as_its_per_step_cells_in_closed_form(kind):
+    # 5 steps x batch 1 = 5 tokens, input 8, hidden 10 (LSTM 16); G gates (LSTM 4, GRU 3).
+    # per token and gate unit: 2 bias adds + 1 add joining W_ih x and W_hh h; per token and
+    # hidden unit the cell: LSTM 3 sigmoid + 2 tanh + f*c + i*g (3) + o*tanh(c) (1) = 9; GRU
+    # 2 sigmoid + tanh + r*(W_hn h + b_hn) + ATen's h' = n + z*(h - n) (sub, mul, add) = 7.
+    # MAdd: (2k - 1) per gate output of each of the two products, the joins, the cell.
+    #   GRU:  MACs 5*30*18 = 2700; FLOPs 5400 + 5*30*3 + 5*10*7 = 6200;
+    #         MAdd 5400 - 5*60 + 5*30 + 350 = 5600
+    #   LSTM: MACs 5*64*24 = 7680; FLOPs 15360 + 5*64*3 + 5*16*9 = 17040;
+    #         MAdd 15360 - 5*128 + 5*64 + 720 = 15760
+    rnn, expected = {
+        "gru": (nn.GRU(8, 10), (2700, 6200, 5600)),
+        "lstm": (nn.LSTM(8, 16), (7680, 17040, 15760)),
+    }[kind]
+    x = torch.randn(5, 1, 8)
+    got = []
+    for mode in (contextlib.nullcontext, torch.inference_mode):  # inference: the fused op
+        with mode():
+            r = profile(rnn, inputs=x, timing=False)
+        got.append(tuple(int(r.totals[k]) for k in ("macs", "flops", "madd")))
+    meta = profile(rnn, inputs=x.to("meta"), timing=False, device="meta")  # per-step ops
+    got.append(tuple(int(meta.totals[k]) for k in ("macs", "flops", "madd")))
+    assert got == [expected] * 3
+
+
+def test_fold_sums_its_overlapping_patches():
+    # nn.Fold (col2im) adds every patch element into the output, one flop each, as a sum:
+    # input 2 x (8 channels x 3 x 3) x 64 patches = 9216 elements read and added
+    t = totals(nn.Fold((10, 10), 3), torch.randn(2, 72, 64))
+    assert (t["macs"], t["flops"], t["madd"]) == (0, 9216, 9216)
 
 
 def test_bilinear_and_addbmm():

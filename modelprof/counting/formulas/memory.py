@@ -63,7 +63,7 @@ register_ops(
 register_ops(
     """cat stack hstack vstack index index_select gather _index_put_impl_ masked_select take
     constant_pad_nd _pad_circular roll flip repeat repeat_interleave tile pixel_shuffle
-    pixel_unshuffle channel_shuffle native_channel_shuffle im2col col2im embedding one_hot
+    pixel_unshuffle channel_shuffle native_channel_shuffle im2col embedding one_hot
     nonzero nonzero_static _unique2 unique_dim unique_consecutive searchsorted bucketize
     flatten_dense_tensors unflatten_dense_tensors""",
     *(name for op in _WITH_INPLACE for name in (op, f"{op}_")),

@@ -81,6 +81,8 @@ register_ops("_softmax _log_softmax _safe_softmax softmax log_softmax special_so
 _REDUCTIONS = """sum mean amax amin max min argmax argmin prod cumsum cumprod logsumexp all any
 count_nonzero aminmax nansum cummax cummin median nanmedian mode kthvalue topk sort argsort"""
 register_formula(*(getattr(aten, name) for name in _REDUCTIONS.split()))(reduction(1))
+# col2im (nn.Fold) sums overlapping patches: one add per patch element it reads, as a sum
+register_formula(aten.col2im)(reduction(1))
 register_formula(aten.var, aten.std, aten.var_mean, aten.std_mean)(reduction(3))
 register_formula(
     aten.linalg_vector_norm, aten.norm, *optional_ops("_linalg_vector_norm", "frobenius_norm")

@@ -17,9 +17,10 @@ aten = torch.ops.aten
 
 # gates per cell and elementwise flops per hidden unit per step (after the gate matmuls):
 #   LSTM: 4 gates; 3 sigmoid + 2 tanh + c = f*c + i*g (3) + h = o*tanh(c) (1)  -> 9
-#   GRU:  3 gates; 2 sigmoid + 1 tanh + r*(W_hn h + b_hn) (1) + (1-z)*n + z*h (4) -> 8
+#   GRU:  3 gates; 2 sigmoid + 1 tanh + r*(W_hn h + b_hn) (1) + h' = n + z*(h - n) (3) -> 7
+#         (ATen's gru_cell: sub, mul, add; not (1-z)*n + z*h, which would be 4)
 #   RNN:  1 gate;  tanh or relu                                                  -> 1
-CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
+CELL_ELEMENTWISE = {"lstm": 9, "gru": 7, "rnn": 1}
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
 
@@ -49,9 +50,11 @@ def rnn_cost(
         tokens, weight_shapes, hidden_per_direction, kind, directions_layers
     )
     bias_adds = tokens * gate_units * (3 if has_biases else 1)
-    # madd: (2k - 1) per gate output of each product, plus the elementwise work
+    # madd: (2k - 1) per gate output of each product (a bias add is not MAdd, as for addmm),
+    # + the add joining W_ih x and W_hh h (an elementwise op: MAdd = FLOPs) + the cell's work
     n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)
-    return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + cell)
+    joins = tokens * gate_units
+    return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + joins + cell)
 
 
 GATE_MODE = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
