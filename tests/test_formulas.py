@@ -335,6 +335,53 @@ def test_residual_add_is_charged_to_the_parent():
     assert r.totals["flops"] == 96 + 12
 
 
+@pytest.mark.parametrize(
+    "how, expected",
+    [
+        # buf (100, 8) float32; idx: 2 int64 (16 B); src (2, 8): 64 B read, 64 B written
+        ("index_copy", (16 + 64, 64)),
+        ("index_put", (16 + 64, 64)),
+        ("accumulate", (16 + 64 + 64, 64)),  # the 2 rows added into are read too
+        # buf[:, idx3] = v: 3 int64 (24 B) pick 3 columns of all 100 rows: 300 x 4 = 1200 B
+        ("columns", (24 + 1200, 1200)),
+        # a boolean mask: how many it picks only its values tell; counted in full: buf 3200 B,
+        # mask 800 B, the value (a 0-dim float) 4 B read, the whole buf written
+        ("mask", (3200 + 800 + 4, 3200)),
+    ],
+)
+def test_an_in_place_write_into_part_of_a_tensor_moves_the_part(how, expected):
+    # a static KV cache's index_copy_ writes one token, not the cache (a decode step's
+    # "lower bound" read the whole cache twice more than the step moves)
+    class Writes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Identity()  # a child: the writes are the parent's (self) row's ops
+            self.register_buffer("buf", torch.zeros(100, 8))
+            self.register_buffer("idx", torch.tensor([3, 7]))
+            self.register_buffer("idx3", torch.tensor([1, 2, 5]))
+            self.register_buffer("mask", torch.zeros(100, 8, dtype=torch.bool))
+            self.register_buffer("v", torch.ones(100, 3))
+            self.register_buffer("zero", torch.tensor(0.0))
+
+        def forward(self, src):
+            src = self.fc(src)
+            if how == "index_copy":
+                self.buf.index_copy_(0, self.idx, src)
+            elif how == "index_put":
+                self.buf.index_put_((self.idx,), src)
+            elif how == "accumulate":
+                self.buf.index_put_((self.idx,), src, accumulate=True)
+            elif how == "columns":
+                self.buf[:, self.idx3] = self.v  # index_put_ with indices (None, idx3)
+            else:
+                self.buf[self.mask] = self.zero
+            return src
+
+    df = profile(Writes(), inputs=torch.randn(2, 8), timing=False).to_dataframe()
+    row = df[df["module"] == "(self)"].iloc[0]
+    assert (row["read_bytes"], row["write_bytes"]) == expected
+
+
 def test_lstm_flops_do_not_depend_on_the_kernel():
     lstm = nn.LSTM(4, 6)
     x = torch.randn(5, 3, 4)

@@ -39,7 +39,12 @@ from modelprof.counting.formulas.quantized import packed_size
 from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry, total
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
-from modelprof.counting.scope import CallRecord, gathered_bytes
+from modelprof.counting.scope import (
+    SCATTERED_WRITES,
+    CallRecord,
+    gathered_bytes,
+    scattered_bytes,
+)
 from modelprof.counting.sharding import ShardView, current_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
@@ -425,6 +430,8 @@ class OpCounter(compat.TorchDispatchMode):
             if name == "aten.embedding.default":  # (weight, indices)
                 read = gathered_bytes(args[0], args[1], read)
             op_bytes = (read, nbytes(out))
+            if name in SCATTERED_WRITES:  # an in-place write into part of a tensor
+                op_bytes = scattered_bytes(name, args, op_bytes)
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:

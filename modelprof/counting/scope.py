@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from typing import Any
 
@@ -94,6 +95,40 @@ def gathered_bytes(weight: Any, indices: Any, whole: int) -> int:
         return whole
     size = weight.element_size()
     return whole - weight.numel() * size + indices.numel() * weight.shape[1] * size
+
+
+#: in-place writes into part of a tensor: (the argument holding the values written, of
+#: ``index_put_`` the indices); a static KV cache's ``index_copy_`` writes one token, not the cache
+SCATTERED_WRITES = {
+    "aten.index_copy_.default": 3,  # (self, dim, index, source)
+    "aten.index_put_.default": 2,  # (self, indices, values, accumulate)
+    "aten._index_put_impl_.default": 2,
+}
+
+
+def scattered_bytes(name: str, args: tuple, whole: tuple[int, int]) -> tuple[int, int]:
+    """(read, written) bytes of an in-place write of ``SCATTERED_WRITES``: the indices and the
+    values read, the elements written (with ``accumulate``, read too); ``whole``, the inputs
+    read and outputs written in full, where the count of elements written is unknown (a boolean
+    mask's, which only its values tell)."""
+    dest = args[0]
+    if not isinstance(dest, torch.Tensor):
+        return whole
+    size = dest.element_size()
+    if name == "aten.index_copy_.default":
+        source, index = args[3], args[2]
+        written = source.numel() * size
+        return index.numel() * index.element_size() + written, written
+    indices = [i for i in args[1] if i is not None]
+    if not indices or any(i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return whole
+    picked = torch.broadcast_shapes(*(i.shape for i in indices)).numel()
+    rest = math.prod(d for d, i in zip(dest.shape, args[1]) if i is None)
+    rest *= math.prod(dest.shape[len(args[1]) :])
+    written = picked * rest * size
+    accumulate = len(args) > 3 and bool(args[3])
+    read = sum(i.numel() * i.element_size() for i in indices) + tensor_nbytes(args[2])
+    return read + (written if accumulate else 0), written
 
 
 def _modules_of(name: str) -> list[str]:
