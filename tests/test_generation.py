@@ -166,6 +166,28 @@ def test_static_cache_counts_and_holds_its_capacity():
     )
 
 
+def test_a_static_cache_on_meta_grows_to_a_later_context():
+    # a decode step past the prompt grows the cache first; transformers' mask asked a chunk
+    # after the prompt whether its offset is 0, which meta cannot answer (a RuntimeError out
+    # of profile_generation): on meta a static cache grows a token a step, and counts as the
+    # CPU's does at that context
+    got = {
+        device: profile_generation(
+            llama(2, device=device),
+            prompt_len=8,
+            new_tokens=6,
+            cache="static",
+            contexts=[12],
+            timing=False,
+        )
+        for device in ("cpu", "meta")
+    }
+    cpu, meta = (got[d].decode(12) for d in ("cpu", "meta"))
+    assert meta.context == cpu.context == 12
+    assert meta.totals["macs"] == cpu.totals["macs"] > 0
+    assert meta.totals["flops"] == cpu.totals["flops"]
+
+
 def test_without_cache_every_step_recomputes_the_prefix():
     d, layers, vocab = 64, 2, 128
     cached = profile_generation(gpt2(), prompt_len=8, new_tokens=4, timing=False)

@@ -141,11 +141,17 @@ class _Counter:
 
     def _grow(self, length: int) -> None:
         """Extend the cache by ``length`` tokens, uncounted (counting costs) where the model
-        runs as it is; counted otherwise (it runs only inside the counting pass)."""
+        runs as it is; counted otherwise (it runs only inside the counting pass). A static
+        cache on meta grows a token a step: transformers' mask asks a chunk after the prompt
+        whether its offset is 0, a value meta cannot give (one token skips that check)."""
         prompt = self.spec.prompt_len
         if self.length == 0 and length > prompt:  # the prompt first
             self._grow(prompt)
             length -= prompt
+        if self.length and self.lm.device.type == "meta" and self.lm.cache is CacheMode.STATIC:
+            for _ in range(length - 1):
+                self._grow(1)
+            length = 1
         if not self.lm.runs_as_is:
             self._extend(length)
             return
