@@ -476,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="with --backward, also the optimizer step (sgd, adam, adamw, ...)",
     )
+    t.add_argument("--tokens", type=int, metavar="SEQ_LEN", help=TOKENS_HELP.split(";")[0])
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
     _add_fit_parser(sub)
@@ -591,9 +592,14 @@ class _Context:
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
+        """The model, its name and its input size (None where --tokens/--input give the
+        inputs themselves)."""
         loaded = self.load_spec(spec)
         size = self.input_size if self.input_size is not None else loaded.input_size
-        return loaded.model, loaded.name, size
+        return loaded.model, loaded.name, None if self.tokens or self.input_specs else size
+
+    def input_text(self, size: Any) -> str:
+        return f"{self.tokens} tokens" if self.tokens is not None else _shape_text(size)
 
     def named_inputs(self, models: Sequence[Any]) -> Any:
         """The inputs ``--tokens``/``--input`` ask for (None without them), at ``--batch-size``
@@ -912,17 +918,18 @@ def _run_throughput(ctx: _Context) -> None:
         result = measure_throughput(
             model,
             size,
+            tokens=ctx.tokens,
             device=ctx.device,
             dtype=ctx.dtype,
             progress=ctx.progress,
             on_point=ctx.step_lines(
                 lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
             ),
-            measure=_step_measure(args, size),
+            measure=_step_measure(args, size, ctx.tokens),
             **options,
         )
         best, curve = result.best, result.to_dataframe()
-        print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
+        print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
         print(
             f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}"
@@ -958,14 +965,14 @@ def _run_throughput(ctx: _Context) -> None:
             )
 
 
-def _step_measure(args: argparse.Namespace, size: Any) -> Any:
+def _step_measure(args: argparse.Namespace, size: Any, tokens: int | None) -> Any:
     """``throughput --backward``: each point times whole training steps (None: the forward)."""
     from modelprof.step.spec import StepSpec
     from modelprof.step.throughput import step_measure
 
     if not args.backward:
         return None
-    return step_measure(size, StepSpec.parse(optimizer=args.optimizer))  # train mode
+    return step_measure(size, StepSpec.parse(optimizer=args.optimizer), tokens=tokens)
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:

@@ -117,3 +117,18 @@ def test_help_documents_tokens_and_input(capsys: pytest.CaptureFixture) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "--tokens SEQ_LEN" in out and "--input NAME:DTYPE[SHAPE][:VALUES]" in out
     assert "attention_mask" in out and "input_ids:int64[128]" in out
+
+
+def test_tokens_search_a_language_models_throughput(
+    lm: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # without --tokens the search fed the default 3x224x224 floats to the embedding
+    args = ["throughput", f"{lm}:gpt2", "--tokens", "16", "--max-batch", "2", "--budget", "0.02"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "(input 16 tokens)" in captured.out and "best:" in captured.out
+    assert "sets no INPUT_SIZE" not in captured.err  # the tokens are its input
+    assert main([*args, "--backward"]) == 0  # whole training steps on the same ids
+    assert "(whole training steps)" in capsys.readouterr().out
+    assert main([*args, "--input-size", "16"]) == 2
+    assert "use one or the other" in capsys.readouterr().err

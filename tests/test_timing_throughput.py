@@ -147,6 +147,49 @@ def test_measure_throughput_rejects_bad_options():
         measure_throughput(nn.Linear(2, 2), (2,), batch_size=4)
 
 
+SEEN: list[tuple] = []  # what TokenLM's calls got (its copies' too: a training step's search)
+
+
+class TokenLM(nn.Module):
+    """A language model fed token ids: records what each call got in SEEN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 4)
+
+    def forward(self, input_ids, attention_mask=None):
+        SEEN.append((tuple(input_ids.shape), input_ids.dtype, int(input_ids.max()), attention_mask))
+        return self.embed(input_ids)
+
+
+def test_a_language_model_is_searched_on_token_ids():
+    # a float input of input_size cannot feed an Embedding: tokens=8 makes input_ids of
+    # (batch, 8) below the vocabulary (50) and an all-ones attention_mask, at every batch
+    lm = TokenLM()
+    SEEN.clear()
+    tp = measure_throughput(lm, tokens=8, max_batch=4, budget_s=0.02, warmup_s=0.0, min_samples=3)
+    assert [p.batch_size for p in tp.points] == [1, 2, 4]
+    shapes = {shape for shape, *_ in SEEN}
+    assert shapes == {(1, 8), (2, 8), (4, 8)}
+    for shape, dtype, top, mask in SEEN:
+        assert dtype == torch.int64 and top < 50
+        assert mask.shape == shape and bool((mask == 1).all())
+    # the training step's search takes the same ids (the sum of the outputs as its loss)
+    from modelprof.step.throughput import step_measure
+
+    SEEN.clear()
+    steps = measure_throughput(
+        lm, tokens=8, max_batch=2, measure=step_measure(None, tokens=8), budget_s=0.02
+    )
+    assert [p.batch_size for p in steps.points] == [1, 2]
+    assert {shape for shape, *_ in SEEN} == {(1, 8), (2, 8)}
+    for given in ({}, {"input_size": (8,), "tokens": 8}):  # neither, or both
+        with pytest.raises(ModelProfError, match="pass one of input_size .* or tokens="):
+            measure_throughput(lm, **given)
+    with pytest.raises(ModelProfError, match="tokens="):
+        measure_throughput(lm, tokens=0)
+
+
 def test_progress_bar_does_not_break_the_search(capsys):
     tp = measure_throughput(
         OomAbove(limit=2), (2,), budget_s=0.02, warmup_s=0.0, min_samples=3, progress=True

@@ -31,6 +31,7 @@ __all__ = [
     "InputSpec",
     "ModelInputs",
     "available_memory_bytes",
+    "batch_inputs",
     "build_inputs",
     "bytes_text",
     "parse_bytes",
@@ -233,6 +234,17 @@ def make_inputs(
     _refuse_unmoved(args, kwargs, dev)
     notes = (note,) if note else ()
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def batch_inputs(
+    model: Any, input_size: Any, tokens: int | None, batch_size: int, device: torch.device
+) -> ModelInputs:
+    """The inputs of one batch size of a search: random ``input_size`` floats, or (``tokens``)
+    :func:`token_inputs` of that length for a language model."""
+    if tokens is None:
+        return make_inputs(model, input_size, batch_size=batch_size, device=device)
+    ids = token_inputs(model, tokens, batch_size, device=device)
+    return make_inputs(model, inputs=ids, device=device)
 
 
 def _generator(dev: torch.device) -> torch.Generator | None:

@@ -11,7 +11,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import RunMode
-from modelprof.runtime.inputs import make_inputs
+from modelprof.runtime.inputs import batch_inputs
 from modelprof.step.count import trainable_check
 from modelprof.step.spec import StepSpec, refuse_inference_mode
 from modelprof.step.timing import StepTimer
@@ -26,13 +26,16 @@ def step_measure(
     input_size: Any,
     spec: StepSpec | None = None,
     mode: RunMode = RunMode(training=True, no_grad=False),
+    *,
+    tokens: int | None = None,
 ) -> PointMeasure:
     """A point measure for ``measure_throughput(measure=)``: whole training steps (forward,
     loss, backward and, with an optimizer, its step; on a copy of the model, as
     ``profile(backward=True)`` times them) of random inputs of ``input_size`` at the point's
     batch size, a ``target``'s rows repeated to that batch (:func:`batch_rows`). ``spec``:
     ``StepSpec.parse(loss_fn=, target=, optimizer=)`` (default: the sum of the outputs, no
-    optimizer); ``mode``: train mode unless ``RunMode(training=False)`` asks for eval."""
+    optimizer); ``mode``: train mode unless ``RunMode(training=False)`` asks for eval;
+    ``tokens`` (with ``input_size`` None): token ids of that length, as ``measure_throughput``'s."""
     spec = StepSpec.parse() if spec is None else spec
 
     checked: list[bool] = []  # the first point checks the step as profile() would
@@ -40,7 +43,7 @@ def step_measure(
     def measure(
         model: Any, batch_size: int, device: torch.device, opts: TimingOptions
     ) -> Measurement:
-        mi = make_inputs(model, input_size, batch_size=batch_size, device=device)
+        mi = batch_inputs(model, input_size, tokens, batch_size, device)
         at_batch = dataclasses.replace(spec, target=batch_rows(spec.target, batch_size))
         if not checked:
             refuse_inference_mode("a training step's throughput search")

@@ -38,7 +38,7 @@ from modelprof.errors import (
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
-from modelprof.runtime.inputs import parse_dtype
+from modelprof.runtime.inputs import parse_dtype, token_inputs
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import measure_latency, resolve_call
@@ -369,8 +369,9 @@ def check_search_bounds(
 
 def measure_throughput(
     model: nn.Module | Callable[..., Any],
-    input_size: Any,
+    input_size: Any = None,
     *,
+    tokens: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
     max_batch: int = 1024,
@@ -385,22 +386,35 @@ def measure_throughput(
 ) -> Throughput:
     """Measure samples/s at batch 1, 2, 4, ... and return the curve.
 
-    ``input_size`` excludes the batch dimension. Timing options (``TimingOptions`` or keywords:
-    ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) apply to
-    every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
-    (``POINT_DEFAULTS``). ``progress=True`` shows a progress bar; ``on_point`` is called with each
-    point as it is measured. A module runs in eval mode under ``no_grad`` unless
-    ``training``/``no_grad`` say otherwise. ``measure(model, batch_size, device, options)``
-    replaces what a point times (the forward's latency, :func:`measure_latency`) by another
-    ``Measurement`` of one batch per sample: :func:`modelprof.step.throughput.step_measure`
-    times whole training steps (``compare(backward=True, throughput=True)`` uses it); then
-    ``training``/``no_grad`` change nothing that runs.
+    ``input_size`` excludes the batch dimension; ``tokens`` (instead) times a language model fed
+    token ids of that length (``token_inputs``: ``input_ids`` from the model's vocabulary, an
+    all-ones ``attention_mask`` where the forward takes one). Timing options (``TimingOptions``
+    or keywords: ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``,
+    ``warmup``...) apply to every point; unless given, a point samples for ``budget_s=1.0`` s to
+    ``precision=0.02`` (``POINT_DEFAULTS``). ``progress=True`` shows a progress bar;
+    ``on_point`` is called with each point as it is measured. A module runs in eval mode under
+    ``no_grad`` unless ``training``/``no_grad`` say otherwise. ``measure(model, batch_size,
+    device, options)`` replaces what a point times (the forward's latency,
+    :func:`measure_latency`) by another ``Measurement`` of one batch per sample:
+    :func:`modelprof.step.throughput.step_measure` times whole training steps
+    (``compare(backward=True, throughput=True)`` uses it); then ``training``/``no_grad`` change
+    nothing that runs.
     """
     max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
     check_callback("on_point", on_point)
     for bad in ("inputs", "batch_size", "input_size"):
         if bad in timing_options:
-            raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
+            raise ModelProfError(
+                f"{bad}= is set by measure_throughput itself; pass input_size (or tokens= for "
+                "a language model)"
+            )
+    if (input_size is None) == (tokens is None):
+        raise ModelProfError(
+            "pass one of input_size (e.g. (3, 224, 224), without the batch) or tokens= (a "
+            f"sequence length: token ids for a language model); got input_size={input_size!r}"
+            f", tokens={tokens!r}"
+        )
+    tokens = None if tokens is None else check_int("tokens", tokens)
     check_option_names(timing_options, own=_KEYWORDS)  # max_bach=
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
@@ -412,7 +426,7 @@ def measure_throughput(
     if dev.type == "meta":  # asked for, or where the model lies: it timed shapes alone
         raise ModelProfError("device='meta' has no clock: measure_throughput times real runs")
     switches = {"training": training, "no_grad": no_grad}
-    point = _Point(target, input_size, dev, dt, opts, switches, measure)
+    point = _Point(target, input_size, dev, dt, opts, switches, measure, (model, tokens))
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(
         model, point, max_batch, (gain, patience), on_point
@@ -515,6 +529,7 @@ class _Point:
     opts: TimingOptions
     switches: dict[str, bool]
     timed: PointMeasure | None = None  # (measure_throughput's ``measure``)
+    tokens: tuple[Any, int | None] = (None, None)  # (the user's model, a token length)
 
     def __post_init__(self) -> None:
         self.cuda = self.dev.type == "cuda"
@@ -522,10 +537,14 @@ class _Point:
     def _latency(self, batch: int, opts: TimingOptions) -> Measurement:
         if self.timed is not None:
             return self.timed(self.target, batch, self.dev, opts)
+        model, length = self.tokens
+        if length is None:
+            given: dict[str, Any] = {"input_size": self.input_size, "batch_size": batch}
+        else:  # the user's module (a placed copy has the same vocabulary and forward)
+            given = {"inputs": token_inputs(model, length, batch, device=self.dev)}
         return measure_latency(
             self.target,
-            input_size=self.input_size,
-            batch_size=batch,
+            **given,
             device=self.dev,
             dtype=self.dtype,
             options=opts,
