@@ -316,6 +316,15 @@ def test_pointwise_softmax_interpolation():
     assert totals(nn.Upsample(scale_factor=2, mode="nearest"), img)["flops"] == 0
 
 
+def test_fused_elementwise_ops_cost_their_arithmetic():
+    # t + value * a * b, t + value * a / b, a + w * (b - a): 3 flops each of 12 outputs = 36
+    a, b, t = torch.randn(3, 4), torch.rand(3, 4) + 1, torch.randn(3, 4)
+    assert totals(Fn(lambda t, a, b: torch.addcmul(t, a, b, value=0.5)), t, a, b)["flops"] == 36
+    assert totals(Fn(lambda t, a, b: torch.addcdiv(t, a, b, value=0.5)), t, a, b)["flops"] == 36
+    assert totals(Fn(lambda a, b: torch.lerp(a, b, 0.3)), a, b)["flops"] == 36
+    assert totals(Fn(lambda t, a, b: t.clone().addcmul_(a, b)), t, a, b)["flops"] == 36
+
+
 def test_residual_add_is_charged_to_the_parent():
     class Block(nn.Module):
         def __init__(self):

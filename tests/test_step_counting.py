@@ -227,9 +227,10 @@ def test_optimizer_without_formula_is_counted_by_its_ops():
     r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=torch.optim.RMSprop, **COUNT)
     opt = r.training_step.cost.optimizer
     assert opt.counted_by == "ops"
-    # single-tensor RMSprop, 1 flop per element per op: v.mul_, addcmul_, sqrt, add_(eps),
-    # p.addcdiv_ = 5 per element over 212 elements, + the 4 tensors' step counters (step += 1)
-    assert opt.flops == 5 * 212 + 4
+    # single-tensor RMSprop: v.mul_ 1, v.addcmul_(g, g, value=1 - alpha) 3, sqrt 1, add_(eps)
+    # 1, p.addcdiv_(g, avg, value=-lr) 3 = 9 per element (the fused ops at their arithmetic,
+    # as Adam's formula counts them) over 212 elements, + the 4 tensors' step counters
+    assert opt.flops == 9 * 212 + 4
     assert not r.unsupported  # (its record_function bookkeeping ops are free, not unknown)
 
 

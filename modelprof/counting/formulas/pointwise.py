@@ -59,10 +59,13 @@ _SCATTERS = ("index_add", "scatter_add", "scatter_reduce", "tril", "triu")
 register_ops(
     """hardsigmoid_ relu6 leaky_relu_ glu prelu _prelu_kernel rrelu_with_noise softplus
     softshrink hardshrink log_sigmoid_forward silu_ gelu_ clamp_ clamp_min_ clamp_max_
-    masked_fill_ sgn _conj_physical logical_not_ lerp_ addcmul_ addcdiv_ _foreach_add
-    _foreach_mul""",
+    masked_fill_ sgn _conj_physical logical_not_ _foreach_add _foreach_mul""",
     *(name for op in _WITH_INPLACE + _SCATTERS for name in (op, f"{op}_")),
 )(elementwise(1))
+# fused elementwise ops cost their arithmetic: t + value * a * b, t + value * a / b and
+# a + w * (b - a) are 3 per element (as optim.py's Adam counts them), so an optimizer counted
+# op by op costs what its formula would
+register_ops("addcmul addcmul_ addcdiv addcdiv_ lerp lerp_")(elementwise(3))
 
 
 @register_ops("dropout native_dropout")
