@@ -153,8 +153,7 @@ def compare(
         raise ModelProfError(f"baseline={baseline!r} is not one of the models: {list(named)}")
     if throughput and inputs is not None:
         raise ModelProfError(
-            "throughput=True searches batch sizes, so it needs input_size, not inputs= (a "
-            "language model's search on token ids: measure_throughput(model, tokens=N))"
+            "throughput=True needs input_size, not inputs= (measure_throughput(model, tokens=N))"
         )
     if not timing and not throughput:
         warn_unused_without_timing(profile_options)
