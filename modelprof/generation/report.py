@@ -616,12 +616,16 @@ _LATEX_PRIORITY = default_priority(
 
 
 def _tokens_rate(t: GenerationTiming) -> str:
-    """Decode tokens per second, over the batch where it holds several sequences (the figure a
-    serving table quotes), per sequence beside it."""
+    """Decode tokens per second at the median step, over the batch where it holds several
+    sequences (the figure a serving table quotes), per sequence beside it; and over the median
+    whole generation (prefill and every step: slow steps, which the median step leaves out,
+    count there)."""
+    whole = f"{t.end_to_end_tokens_per_s:,.1f} end to end"
     if t.batch_size == 1:
-        return f"{t.tokens_per_s:,.1f} tokens/s"
+        return f"{t.tokens_per_s:,.1f} tokens/s ({whole})"
     return (
-        f"{t.batch_tokens_per_s:,.1f} tokens/s over the batch ({t.tokens_per_s:,.1f} per sequence)"
+        f"{t.batch_tokens_per_s:,.1f} tokens/s over the batch ({t.tokens_per_s:,.1f} per "
+        f"sequence; {whole})"
     )
 
 
