@@ -560,7 +560,7 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-    spec = _step_spec(run)
+    spec = _step_spec(run).for_inputs(candidate.inputs.kwargs)
     return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
 
 

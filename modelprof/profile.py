@@ -245,8 +245,10 @@ def _layered(
 
 
 def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
-    """``spec`` on the inputs' device, and the inputs' notes; on meta nothing can be timed."""
-    spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device))
+    """``spec`` on the inputs' device (its training step's loss for them: ``labels`` make it
+    the model's own), and the inputs' notes; on meta nothing can be timed."""
+    step = spec.step.for_inputs(mi.kwargs) if spec.step is not None else None
+    spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device), step=step)
     notes = list(mi.notes)
     if not spec.timing or mi.device.type != "meta":
         return spec, notes

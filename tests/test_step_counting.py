@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from modelprof import profile
+from modelprof import ModelProfError, profile
 
 COUNT = dict(timing=False, roofline=False)
 
@@ -377,3 +377,44 @@ def test_an_optimizer_with_a_formula_that_cannot_step_on_the_cpu_still_counts(mo
     cost = r.training_step.cost.optimizer
     # 4 x 3 + 3 = 15 elements with a gradient, float32: one state tensor of 15 x 4 = 60 bytes
     assert cost.elements == 15 and cost.flops == 30 and cost.state_bytes == 60
+
+
+def test_labels_make_the_loss_the_models_own():
+    # a transformers model given labels= computes its loss and returns it beside the logits;
+    # the default loss summed both (a (loss) row of 32 x 100 logits' sums), where the user
+    # trains on output.loss. With labels the loss is the output's own, named so; its cross
+    # entropy runs inside the model, so its forward and backward are the model's rows
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=64, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 100, (2, 16))
+    own = profile(model, {"input_ids": ids, "labels": ids}, backward=True, **COUNT)
+    named = profile(
+        model, {"input_ids": ids, "labels": ids}, backward=True, loss_fn=lambda o: o.loss, **COUNT
+    )
+    loss_row = rows(own)[("(loss)", 1)]
+    assert (loss_row["type"], loss_row["flops"], loss_row["backward_flops"]) == (
+        "output.loss",
+        0,
+        0,
+    )
+    assert own.totals["backward_macs"] == named.totals["backward_macs"] > 0
+    assert own.totals["backward_flops"] == named.totals["backward_flops"]
+    assert own.training_step.cost.loss_name == "output.loss"
+    summed = profile(model, {"input_ids": ids}, backward=True, **COUNT)  # no labels: the sum
+    assert rows(summed)[("(loss)", 1)]["type"] == "sum"
+
+    class TakesLabels(nn.Module):  # labels taken, no loss returned: said, not summed
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x, labels=None):
+            return self.fc(x)
+
+    with pytest.raises(ModelProfError, match="labels= was given, so the loss is the output's"):
+        profile(TakesLabels(), {"x": torch.randn(3, 4), "labels": torch.zeros(3)}, backward=True)

@@ -2,7 +2,8 @@
 
 ``StepSpec.parse`` checks the user's ``loss_fn``, ``target`` and ``optimizer`` once, at the
 boundary. The loss defaults to the sum of the floating outputs that require grad (its gradient is
-all ones, so every output's backward runs); ``loss_fn(output)`` or, with ``target``,
+all ones, so every output's backward runs), or, for inputs with ``labels``, the output's own
+``loss`` (:meth:`StepSpec.for_inputs`); ``loss_fn(output)`` or, with ``target``,
 ``loss_fn(output, target)`` must return a floating scalar that depends on the parameters.
 
 ``optimizer`` is a ``torch.optim.Optimizer`` class (``torch.optim.AdamW``), a factory
@@ -32,6 +33,7 @@ from modelprof.step.optimizer_state import torch_optimizers
 __all__ = [
     "StepSpec",
     "default_loss",
+    "output_loss",
     "loss_module",
     "refuse_inference_mode",
     "refuse_scripted",
@@ -87,6 +89,21 @@ def default_loss(output: Any) -> torch.Tensor | None:
     return functools.reduce(operator.add, parts) if parts else None
 
 
+def output_loss(output: Any) -> Any:
+    """The loss a model computes itself: a transformers model given ``labels=`` returns it as
+    its output's ``loss`` (the loss ``StepSpec.for_inputs`` takes for such inputs)."""
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if loss is None:
+        raise ModelProfError(
+            f"labels= was given, so the loss is the output's own `loss`, but the output is "
+            f"{_describe(output)} without one; pass loss_fn= (and target=)"
+        )
+    return loss
+
+
+output_loss.__name__ = "output.loss"  # as the table's (loss) row and the summary name it
+
+
 def _describe(output: Any) -> str:
     if isinstance(output, torch.Tensor):  # one tensor: its shape says more than a count
         return f"a {brief(output)}{'' if output.requires_grad else ' (no grad)'}"
@@ -133,6 +150,14 @@ class StepSpec:
                 "target= needs loss_fn= (the default loss, the sum of the outputs, takes no target)"
             )
         return cls(loss_fn, target, target is not None, _parse_optimizer(optimizer))
+
+    def for_inputs(self, kwargs: Mapping[str, Any]) -> StepSpec:
+        """This spec for a call given ``kwargs``: with ``labels`` and no ``loss_fn``, the loss is
+        the model's own (:func:`output_loss`, what a transformers model given labels trains on),
+        not the sum of its outputs (the loss and the logits together)."""
+        if self.loss_fn is not None or "labels" not in kwargs:
+            return self
+        return dataclasses.replace(self, loss_fn=output_loss)
 
     # -- the loss ---------------------------------------------------------------------------
     @property

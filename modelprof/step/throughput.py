@@ -45,6 +45,7 @@ def step_measure(
     ) -> Measurement:
         mi = batch_inputs(model, input_size, tokens, batch_size, device)
         at_batch = dataclasses.replace(spec, target=batch_rows(spec.target, batch_size))
+        at_batch = at_batch.for_inputs(mi.kwargs)
         if not checked:
             refuse_inference_mode("a training step's throughput search")
             trainable_check(model, (mi.args, mi.kwargs))
