@@ -892,6 +892,9 @@ def _run_compare(ctx: _Context) -> None:
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False), file=ctx.stdout)  # captioned here
+    for name, spec in zip(models, args.models):  # a row named otherwise than its MODEL
+        if name != spec:
+            print(f"model: {name} = {spec}", file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table

@@ -325,6 +325,17 @@ def test_unexpected_errors_exit_1_with_traceback(
     assert "internal error" in err and "Traceback" in err and "RuntimeError: a bug" in err
 
 
+def test_compare_says_which_model_each_row_is(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # two factories of one name (here the same twice) are rows "narrow" and "narrow (2)":
+    # each row named otherwise than its MODEL is said, as generate's comparison does
+    assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    assert f"model: narrow = {nets}:narrow\nmodel: narrow (2) = {nets}:narrow\n" in out
+    assert main(["compare", "resnet18", "resnet18", "--no-timing"]) == 0
+    out = capsys.readouterr().out  # a name as given: only the renamed second row
+    assert "model: resnet18 =" not in out and "model: resnet18 (2) = resnet18\n" in out
+
+
 def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code = main(
         [
