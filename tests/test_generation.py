@@ -364,6 +364,8 @@ def test_step_function_counts_like_the_hf_model():
         assert a.totals["macs"] == b.totals["macs"]
     # the step's module is the root; the model's rows sit under "model."
     assert "model.transformer.h.0.attn" in set(via_step.to_dataframe()["module"])
+    # named as the model through the step (a step named "step" read "step step")
+    assert via_step.model_name == "GPT2LMHeadModel via step()"
 
 
 def test_memory_to_fit_and_the_largest_batch_and_context():

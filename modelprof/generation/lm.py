@@ -115,8 +115,11 @@ class LanguageModel:
         self.root: nn.Module = model if self.hf else StepModule(step, model)
         self.cache_arg: str | None = None
         self.prompt_inputs = PromptInputs()
-        qualname = getattr(step, "__qualname__", type(step).__name__)
-        self.name = type(model).__name__ if step is None else f"step {qualname}"
+        named = getattr(step, "__name__", type(step).__name__)
+        # the model through the user's step (a step named "step" read "step step")
+        self.name = type(model).__name__ if step is None else f"{named}()"
+        if step is not None and model is not None:
+            self.name = f"{type(model).__name__} via {self.name}"
         #: an encoder-decoder's encoder; what it made per batch size (``keep_encoded``)
         self.encoder = EncoderModule(model) if self.hf and is_encoder_decoder(model) else None
         self.encoded: dict[int, dict[str, Any]] = {}
