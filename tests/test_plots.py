@@ -364,3 +364,35 @@ def test_the_decode_growth_plot_names_its_batch_in_mib_at_whole_contexts():
     )
     ax_t, _ = bound.plot_decode_growth().axes
     assert ax_t.get_title() == "Decode step time, batch 1"
+
+
+def test_the_decode_growth_plot_draws_a_fit_only_where_growth_was_measured():
+    # a newcomer's plot drew the fitted line of a slope its own label called "not measurable"
+    from helpers import tiny_llama
+
+    from modelprof import profile_generation
+    from modelprof.generation.timing import GenerationTiming
+    from modelprof.timing import Measurement
+
+    report = profile_generation(tiny_llama(2), prompt_len=8, new_tokens=6, timing=False)
+    contexts = np.arange(8, 13)  # the 5 decode steps after 8 tokens
+
+    def drawn(step_ms: np.ndarray) -> tuple[list[str], list[str]]:
+        whole = Measurement(np.full(4, 10.0))
+        report.timings[1] = GenerationTiming(1, 8, 6, whole, whole, whole, step_ms, contexts)
+        ax_t, _ = report.plot_decode_growth().axes
+        lines = [ln for ln in ax_t.get_lines() if len(ln.get_xdata())]
+        labels = [ln.get_label() for ln in ax_t.get_lines()]
+        return [ln.get_label() for ln in lines], labels
+
+    # flat noise: 1.0 and 1.2 ms alternating, no growth; the slope's interval reaches zero
+    flat = np.tile([1.0, 1.2, 1.0, 1.2, 1.0], (4, 1)) + np.arange(4)[:, None] * 0.01
+    with_data, labels = drawn(flat)
+    assert not report.timings[1].step_slope.measurable
+    assert not any(label.startswith("fit:") for label in with_data)
+    assert any(label.startswith("growth not measurable") for label in labels)
+    # exact growth, 1 + 0.05 L: measured, its fit drawn
+    grows = np.tile(1 + 0.05 * contexts, (4, 1))
+    with_data, _ = drawn(grows)
+    assert report.timings[1].step_slope.measurable
+    assert any(label.startswith("fit: 0.05 ms per token") for label in with_data)

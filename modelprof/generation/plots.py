@@ -42,7 +42,7 @@ def plot_decode_growth(
         med = np.median(timing.step_ms, axis=0)
         ax_t.plot(timing.contexts, med, color="tab:blue", label="median per context")
         slope = timing.step_slope
-        if slope is not None:
+        if slope is not None and slope.measurable:
             ax_t.plot(
                 timing.contexts,
                 slope.intercept_ms + slope.ms_per_token * timing.contexts,
@@ -50,6 +50,8 @@ def plot_decode_growth(
                 color="tab:blue",
                 label=f"fit: {slope.describe()}",
             )
+        elif slope is not None:  # no growth measured: said in the legend, no line drawn
+            ax_t.plot([], [], " ", label=f"growth {slope.describe()}")
     if timed and g["latency_ms"].notna().any():
         ax_t.plot(ctx, g["latency_ms"], "o", color="tab:orange", label="per-layer passes (median)")
     if timed and "bound_ms" in g.columns:
