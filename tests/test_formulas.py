@@ -126,6 +126,26 @@ def test_multihead_attention_fast_and_slow_path_agree():
     assert slow.totals["macs"] == 11840
 
 
+@pytest.mark.parametrize("average", [True, False])
+def test_multihead_attention_fast_path_averages_the_weights_it_returns(average):
+    # need_weights=True returns the attention weights averaged over the heads: a mean over
+    # 4 heads of 1 x 50 x 50 scores, 1 flop per score = 10,000 (the slow path's mean.dim);
+    # average_attn_weights=False returns them per head: nothing to add
+    class Weights(nn.Module):
+        def __init__(self, need):
+            super().__init__()
+            self.mha, self.need = nn.MultiheadAttention(64, 4, batch_first=True), need
+
+        def forward(self, x):
+            return self.mha(x, x, x, need_weights=self.need, average_attn_weights=average)
+
+    x = torch.randn(1, 50, 64)
+    flops = [
+        profile(Weights(need), inputs=x, timing=False).totals["flops"] for need in (False, True)
+    ]
+    assert flops[1] - flops[0] == (4 * 50 * 50 if average else 0)
+
+
 def test_transformer_encoder_layer_fast_path():
     e, heads, ff, batch, length = 16, 4, 32, 2, 5
     layer = nn.TransformerEncoderLayer(e, heads, ff, batch_first=True, dropout=0.0)

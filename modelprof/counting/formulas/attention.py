@@ -322,9 +322,16 @@ def _native_mha(args, kwargs, out) -> Cost:
     batch = q.shape[0] if q.dim() == 3 else 1
     masked = isinstance(arg(args, kwargs, 9, "mask"), torch.Tensor)
     has_bias = args[6] is not None
-    return multi_head_attention_cost(
+    cost = multi_head_attention_cost(
         batch, q.shape[-2], k.shape[-2], embed, heads, has_bias, masked
     )
+    if arg(args, kwargs, 10, "need_weights", True) and arg(
+        args, kwargs, 11, "average_attn_weights", True
+    ):  # the weights returned averaged over the heads: 1 flop per score, as the mean the
+        # unfused path runs
+        mean = batch * heads * q.shape[-2] * k.shape[-2]
+        cost = Cost(cost.macs, flops=cost.flops + mean, madd=cost.madd + mean)
+    return cost
 
 
 @register_ops("_transformer_encoder_layer_fwd")
