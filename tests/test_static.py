@@ -279,6 +279,24 @@ def test_meta_model_from_shapes_alone():
     assert r.totals["macs"] == 2 * 8 * 16384 * 16384
 
 
+def test_a_model_reading_a_value_on_meta_is_pointed_to_the_cpu():
+    # a forward that asks a tensor for its value (.item(), a data-dependent branch) cannot run
+    # on meta: the error says why and where it can be counted (a newcomer's GPT-2 with
+    # use_cache=False met the bare "Tensor.item() cannot be called on meta tensors")
+    class Reads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x) * 2 if x.sum().item() > 0 else self.fc(x)
+
+    with pytest.raises(ModelProfError, match=r"no values.*device='cpu'") as err:
+        profile(Reads(), (4,), device="meta", timing=False)
+    assert "use_cache" not in str(err.value)  # (a transformers model's hint only)
+    assert profile(Reads(), (4,), timing=False).totals["macs"] == 16  # 4 x 4 on the CPU
+
+
 def test_dtype_and_device_conversion_leave_the_model_alone():
     model = nn.Sequential(nn.Linear(8, 4)).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -194,6 +194,19 @@ def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs) -> str:
     return ""
 
 
+def _valueless_hint(e: Exception, inputs: ModelInputs, modules: Any) -> str:
+    """A forward on meta that read a tensor's value (``.item()``, a data-dependent branch)."""
+    if inputs.device.type != "meta" or "on meta tensors" not in str(e):
+        return ""
+    hf = any(type(m).__module__.startswith("transformers.") for m in modules)
+    return (
+        "\nhint: meta tensors have shapes but no values, and this model's code reads one; count "
+        "it on the CPU (device='cpu', the same shapes)"
+        + ("; a transformers model's masks read values on meta without a cache: "
+           "use_cache=True runs there" if hf else "")
+    )  # fmt: skip
+
+
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
     where, hint = "before any module ran", ""
@@ -222,6 +235,7 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         f"the forward pass failed {where}{ran}. Inputs were "
         f"{shape_str((inputs.args, inputs.kwargs), dtypes=True) or 'no tensors'}. "
         f"{type(e).__name__}: {e}{hint}{compat.meta_failure_hint(e, inputs.device)}"
+        f"{_valueless_hint(e, inputs, tracker.names)}"
     )
     error.in_forward = True  # the model's own forward failed (profile's batch hint reads it)
     return error
