@@ -102,3 +102,24 @@ def test_a_rank_that_does_not_speak_says_nothing(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     with pytest.warns(SamplingPastBudgetWarning), one_voice():
         runner._say_extension("latency M", _sampled(2000.0), 10, 30.0)
+
+
+def test_an_interleaved_comparison_says_it_too(monkeypatch):
+    # compare(), measure_latencies() and compare_generation() sample in interleaved rounds,
+    # whose floor went on without the notice (review); two 20 ms spins with a 0.01 s budget
+    # a candidate: the floor's rounds take each to min_samples=10
+    from modelprof import measure_latencies
+
+    monkeypatch.setattr(runner, "EXTENSION_NOTICE_S", 0.05)
+    spins = {"a": Spin(20.0), "b": Spin(20.0)}
+    quick = dict(input_size=(4,), budget_s=0.01, warmup=1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = measure_latencies(spins, **quick)
+    notices = [str(w.message) for w in seen if w.category is SamplingPastBudgetWarning]
+    assert len(notices) == 1 and "for the fewest of the candidates" in notices[0]
+    assert all(m.n >= 10 for m in got.measurements.values())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        measure_latencies(spins, **quick, warn=False)
+    assert not [w for w in seen if w.category is SamplingPastBudgetWarning]

@@ -123,14 +123,19 @@ class _Counter:
         """The cache to extend, ``length`` new tokens and whether they are the prompt."""
         first = self.length == 0
         cache = self.cache
-        if cache is None:
-            cache = self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        if cache is None:  # room for the generation, and for a context asked past it
+            room = max(self.spec.total_len, max(self.spec.contexts, default=0) + 1)
+            cache = self.lm.new_cache(self.batch, room + 1)
         new = self.lm.prompt if first else self.lm.tokens
         return cache, new(self.batch, length, self.gen), first
 
-    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Snapshot]:
-        """A counted forward of ``length`` new tokens after the cache (which it extends)."""
+    def _extend(
+        self, length: int, given: tuple[torch.Tensor, bool] | None = None
+    ) -> tuple[Phase, ModelInputs, Snapshot]:
+        """A counted forward of ``length`` new tokens after the cache (which it extends);
+        ``given``: these tokens, and whether they start the cache."""
         cache, tokens, first = self._next(length)
+        tokens, first = given if given is not None else (tokens, first)
         cache_as_was = Snapshot(cache, copy_on_write=True)
         mi = self.lm.inputs(tokens, cache, first)
         phase = self._counted("prefill", self.length, int(tokens.shape[1]), mi, watch=cache_as_was)
@@ -140,22 +145,30 @@ class _Counter:
         return phase, mi, cache_as_was
 
     def _grow(self, length: int) -> None:
-        """Extend the cache by ``length`` tokens, uncounted (counting costs) where the model
-        runs as it is; counted otherwise (it runs only inside the counting pass). A static
-        cache on meta grows a token a step: transformers' mask asks a chunk after the prompt
-        whether its offset is 0, a value meta cannot give (one token skips that check)."""
+        """Extend the cache by ``length`` tokens, not reported. A static cache on meta is built
+        again from empty in one chunk (the prompt, then the tokens up to the context):
+        transformers' mask asks a chunk after the first whether its offset is 0, a value meta
+        cannot give; at offset 0 it asks nothing (and meta holds no values to keep)."""
         prompt = self.spec.prompt_len
+        if self.length and self.lm.device.type == "meta" and self.lm.cache is CacheMode.STATIC:
+            tokens, _ = self._prefix(self.length + length)
+            self.cache, self.length = None, 0
+            self._chunk(int(tokens.shape[1]), (tokens, True))
+            return
         if self.length == 0 and length > prompt:  # the prompt first
             self._grow(prompt)
             length -= prompt
-        if self.length and self.lm.device.type == "meta" and self.lm.cache is CacheMode.STATIC:
-            for _ in range(length - 1):
-                self._grow(1)
-            length = 1
+        self._chunk(length)
+
+    def _chunk(self, length: int, given: tuple[torch.Tensor, bool] | None = None) -> None:
+        """``length`` tokens into the cache (``given``: these tokens, and whether they start
+        it), uncounted (counting costs) where the model runs as it is; counted otherwise (it
+        runs only inside the counting pass)."""
         if not self.lm.runs_as_is:
-            self._extend(length)
+            self._extend(length, given)
             return
         cache, tokens, first = self._next(length)
+        tokens, first = given if given is not None else (tokens, first)
         _, self.cache = self.lm.step(tokens, cache, prompt=first)
         self.length += length
 

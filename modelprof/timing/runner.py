@@ -52,10 +52,17 @@ def _say_extension(
     if not sampled.n or float(np.median(sampled.samples_ms)) / 1e3 > cap:
         return
     ahead = min(cap, (need - sampled.n) * sampled.wall_s / sampled.n)
+    _notice(desc, sampled.n, need, ahead, cap_name)
+
+
+def _notice(
+    desc: str, n: int, need: int, ahead: float, cap_name: str = "floor_extend_s", of: str = ""
+) -> None:
+    """The notice itself, from ``ahead`` seconds expected (said from ``EXTENSION_NOTICE_S``)."""
     if ahead >= EXTENSION_NOTICE_S:
         warn_user(
-            f"modelprof: {desc}: the time budget ended at {sampled.n} of min_samples={need} "
-            f"runs; sampling on for up to about {ahead:.0f} s more ({cap_name}= caps it; "
+            f"modelprof: {desc}: the time budget ended at {n} of min_samples={need} runs{of}; "
+            f"sampling on for up to about {ahead:.0f} s more ({cap_name}= caps it; "
             "progress=True with tqdm shows a bar)",
             SamplingPastBudgetWarning,
         )
@@ -258,8 +265,17 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
         blocks, reads = zip(*(clocked(r.sample_block, r.dev) for r in runners), strict=True)
         bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
         share = MachineShare(on=all(r.reads_share for r in runners))  # the rounds' one window
+        said = opts.warn and isinstance(bar.bar, NoProgress)  # no bar shows the floor
+        need = opts.stop.promised_min or 0
+
+        def on_floor(n: int, ahead: float) -> None:  # (a round runs every candidate)
+            if said:
+                _notice(desc, n, need, ahead, of=" for the fewest of the candidates")
+
         with share, bar as on_round:
-            got = collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
+            got = collect_interleaved(
+                blocks, opts.stop, ests, rng, on_round=on_round, on_floor=on_floor
+            )
     return [
         dataclasses.replace(s, competing_cores=share.competing_cores, sm_clock_mhz=read())
         for s, read in zip(got, reads, strict=True)

@@ -458,6 +458,19 @@ def _stop_reason(precise: bool, full: bool, spread: bool) -> str:
     return "max_samples" if full else "spread" if spread else "budget"
 
 
+def _say_floor(
+    logs: list[BlockLog], need: int, cap: float, most: int | None, say: Callable
+) -> None:
+    """``say(fewest samples, seconds ahead)`` as an interleaved floor begins: the runs still
+    wanting at each candidate's wall time a sample, within ``cap``; not where its first round
+    would not fit (none runs)."""
+    ks = _floor_block(logs, need, most)
+    first_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
+    wanting = sum(max(0, need - log.n) * (log.wall_ms or 0.0) for log in logs)
+    if ks and 0 < first_ms / 1e3 <= cap:
+        say(min(log.n for log in logs), min(cap, wanting / 1e3))
+
+
 def collect_interleaved(
     samplers: Sequence[Callable[[int], np.ndarray]],
     rule: StopRule,
@@ -465,6 +478,7 @@ def collect_interleaved(
     rng: np.random.Generator | None = None,
     now: Callable[[], float] = time.perf_counter,
     on_round: Callable[[int, float], None] | None = None,
+    on_floor: Callable[[int, float], None] | None = None,
 ) -> list[Sampled]:
     """Sample several callables in rounds of one block each, in a freshly shuffled order, so
     the machine's drift reaches all alike; block ``r`` of every candidate is round ``r``.
@@ -474,7 +488,9 @@ def collect_interleaved(
     candidate or ``max_samples``. Then the sample floor: while a candidate is below
     ``min_samples``, more rounds of about one run of the slowest short one, none ending past
     ``floor_cap_s`` per candidate. ``on_round(fewest samples, seconds so far)`` after each
-    round (of the floor's, once it began). Every rank of a process group takes the same rounds.
+    round (of the floor's, once it began); ``on_floor(fewest samples, seconds ahead at most)``
+    once as the floor begins (the runs still wanting at each one's wall time a sample, within
+    the cap). Every rank of a process group takes the same rounds.
     """
     m = len(samplers)
     if m == 0:
@@ -499,6 +515,8 @@ def collect_interleaved(
                 if need is None:
                     return None
                 floor[:] = [r, now()]
+                if on_floor is not None:
+                    _say_floor(logs, need, cap, rule.max_samples, on_floor)
         if not floor:
             return r, [_block(rule, log, first=not r) for log in logs]
         ks = _floor_block(logs, need, rule.max_samples)
