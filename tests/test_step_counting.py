@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from modelprof import ModelProfError, profile
+from modelprof import profile
 
 COUNT = dict(timing=False, roofline=False)
 
@@ -408,13 +408,20 @@ def test_labels_make_the_loss_the_models_own():
     summed = profile(model, {"input_ids": ids}, backward=True, **COUNT)  # no labels: the sum
     assert rows(summed)[("(loss)", 1)]["type"] == "sum"
 
-    class TakesLabels(nn.Module):  # labels taken, no loss returned: said, not summed
-        def __init__(self) -> None:
+    # a forward given labels that returns no `loss` (its scalar loss itself, a tuple, logits):
+    # the sum, as without labels (a review: these were refused for a while)
+    class TakesLabels(nn.Module):
+        def __init__(self, returns: str) -> None:
             super().__init__()
-            self.fc = nn.Linear(4, 2)
+            self.fc, self.returns = nn.Linear(4, 2), returns
 
         def forward(self, x, labels=None):
-            return self.fc(x)
+            y = self.fc(x)
+            loss = F.cross_entropy(y, labels)
+            return {"scalar": loss, "tuple": (loss, y), "logits": y}[self.returns]
 
-    with pytest.raises(ModelProfError, match="labels= was given, so the loss is the output's"):
-        profile(TakesLabels(), {"x": torch.randn(3, 4), "labels": torch.zeros(3)}, backward=True)
+    given = {"x": torch.randn(3, 4), "labels": torch.tensor([0, 1, 1])}
+    for returns in ("scalar", "tuple", "logits"):
+        r = profile(TakesLabels(returns), given, backward=True, **COUNT)
+        assert rows(r)[("(loss)", 1)]["type"] == "sum"
+        assert r.training_step.cost.loss_name == "sum"

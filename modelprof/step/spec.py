@@ -3,7 +3,7 @@
 ``StepSpec.parse`` checks the user's ``loss_fn``, ``target`` and ``optimizer`` once, at the
 boundary. The loss defaults to the sum of the floating outputs that require grad (its gradient is
 all ones, so every output's backward runs), or, for inputs with ``labels``, the output's own
-``loss`` (:meth:`StepSpec.for_inputs`); ``loss_fn(output)`` or, with ``target``,
+``loss`` where it carries one (:meth:`StepSpec.for_inputs`); ``loss_fn(output)`` or, with ``target``,
 ``loss_fn(output, target)`` must return a floating scalar that depends on the parameters.
 
 ``optimizer`` is a ``torch.optim.Optimizer`` class (``torch.optim.AdamW``), a factory
@@ -33,7 +33,7 @@ from modelprof.step.optimizer_state import torch_optimizers
 __all__ = [
     "StepSpec",
     "default_loss",
-    "output_loss",
+    "OwnLoss",
     "loss_module",
     "refuse_inference_mode",
     "refuse_scripted",
@@ -89,19 +89,22 @@ def default_loss(output: Any) -> torch.Tensor | None:
     return functools.reduce(operator.add, parts) if parts else None
 
 
-def output_loss(output: Any) -> Any:
-    """The loss a model computes itself: a transformers model given ``labels=`` returns it as
-    its output's ``loss`` (the loss ``StepSpec.for_inputs`` takes for such inputs)."""
-    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
-    if loss is None:
-        raise ModelProfError(
-            f"labels= was given, so the loss is the output's own `loss`, but the output is "
-            f"{_describe(output)} without one; pass loss_fn= (and target=)"
-        )
-    return loss
+class OwnLoss:
+    """The loss of a call given ``labels=``: the output's own ``loss`` where it carries one (a
+    transformers model given labels computes it beside its logits), else the default sum (a
+    forward that takes labels and returns its loss, or a tuple). Named for what it took, as
+    the table's ``(loss)`` row and the summary say it."""
 
+    def __init__(self) -> None:
+        self.__name__ = "output.loss"
 
-output_loss.__name__ = "output.loss"  # as the table's (loss) row and the summary name it
+    def __call__(self, output: Any) -> Any:
+        got = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+        if isinstance(got, torch.Tensor):
+            self.__name__ = "output.loss"
+            return got
+        self.__name__ = "sum"
+        return default_loss(output)
 
 
 def _describe(output: Any) -> str:
@@ -153,11 +156,11 @@ class StepSpec:
 
     def for_inputs(self, kwargs: Mapping[str, Any]) -> StepSpec:
         """This spec for a call given ``kwargs``: with ``labels`` and no ``loss_fn``, the loss is
-        the model's own (:func:`output_loss`, what a transformers model given labels trains on),
-        not the sum of its outputs (the loss and the logits together)."""
+        the output's own where it has one (:class:`OwnLoss`, what a transformers model given
+        labels trains on), not the sum of its outputs (the loss and the logits together)."""
         if self.loss_fn is not None or "labels" not in kwargs:
             return self
-        return dataclasses.replace(self, loss_fn=output_loss)
+        return dataclasses.replace(self, loss_fn=OwnLoss())
 
     # -- the loss ---------------------------------------------------------------------------
     @property
