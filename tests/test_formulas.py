@@ -128,9 +128,10 @@ def test_multihead_attention_fast_and_slow_path_agree():
 
 @pytest.mark.parametrize("average", [True, False])
 def test_multihead_attention_fast_path_averages_the_weights_it_returns(average):
-    # need_weights=True returns the attention weights averaged over the heads: a mean over
-    # 4 heads of 1 x 50 x 50 scores, 1 flop per score = 10,000 (the slow path's mean.dim);
-    # average_attn_weights=False returns them per head: nothing to add
+    # need_weights=True: the kernel scales q (1 x 50 x 64 = 3,200) where the fused attention
+    # scales each score (4 x 50 x 50 = 10,000), as the slow path does, and returns the weights
+    # averaged over the heads: 1 flop per score = 10,000 more (the slow path's mean.dim);
+    # average_attn_weights=False returns them per head. Fast and slow paths agree
     class Weights(nn.Module):
         def __init__(self, need):
             super().__init__()
@@ -143,7 +144,10 @@ def test_multihead_attention_fast_path_averages_the_weights_it_returns(average):
     flops = [
         profile(Weights(need), inputs=x, timing=False).totals["flops"] for need in (False, True)
     ]
-    assert flops[1] - flops[0] == (4 * 50 * 50 if average else 0)
+    assert flops[1] - flops[0] == 3200 - 10_000 + (10_000 if average else 0)
+    slow = profile(Weights(True), inputs=x, timing=False, no_grad=False)  # grad on: slow path
+    assert "aten._native_multi_head_attention.default" not in set(slow.by_operator()["op"])
+    assert slow.totals["flops"] == flops[1]
 
 
 def test_transformer_encoder_layer_fast_path():

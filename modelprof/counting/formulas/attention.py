@@ -325,13 +325,15 @@ def _native_mha(args, kwargs, out) -> Cost:
     cost = multi_head_attention_cost(
         batch, q.shape[-2], k.shape[-2], embed, heads, has_bias, masked
     )
-    if arg(args, kwargs, 10, "need_weights", True) and arg(
-        args, kwargs, 11, "average_attn_weights", True
-    ):  # the weights returned averaged over the heads: 1 flop per score, as the mean the
-        # unfused path runs
-        mean = batch * heads * q.shape[-2] * k.shape[-2]
-        cost = Cost(cost.macs, flops=cost.flops + mean, madd=cost.madd + mean)
-    return cost
+    if not arg(args, kwargs, 10, "need_weights", True):
+        return cost
+    # returning the weights, the kernel scales q (L x E) rather than each score, as the slow
+    # path does; averaged over the heads (average_attn_weights), 1 flop more per score
+    scores = batch * heads * q.shape[-2] * k.shape[-2]
+    extra = batch * q.shape[-2] * embed - scores
+    if arg(args, kwargs, 11, "average_attn_weights", True):
+        extra += scores
+    return Cost(cost.macs, flops=cost.flops + extra, madd=cost.madd + extra)
 
 
 @register_ops("_transformer_encoder_layer_fwd")
