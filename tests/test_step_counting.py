@@ -223,14 +223,23 @@ def test_optimizer_template_instance_is_never_touched():
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_optimizer_without_formula_is_counted_by_its_ops():
-    r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=torch.optim.RMSprop, **COUNT)
+@pytest.mark.parametrize("foreach", [False, True])
+def test_optimizer_without_formula_is_counted_by_its_ops(foreach):
+    # foreach=True (torch's default on CUDA) runs the _foreach_ forms of the same ops, over
+    # lists of tensors: they counted 0 (unsupported) until counted per element of their list
+    def rmsprop(params):
+        return torch.optim.RMSprop(params, foreach=foreach)
+
+    r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=rmsprop, **COUNT)
     opt = r.training_step.cost.optimizer
     assert opt.counted_by == "ops"
     # single-tensor RMSprop: v.mul_ 1, v.addcmul_(g, g, value=1 - alpha) 3, sqrt 1, add_(eps)
     # 1, p.addcdiv_(g, avg, value=-lr) 3 = 9 per element (the fused ops at their arithmetic,
     # as Adam's formula counts them) over 212 elements, + the 4 tensors' step counters
     assert opt.flops == 9 * 212 + 4
+    # written: v twice, the new avg, avg again, p: 5 x 212 float32 (848 B), + the 4 step
+    # counters (4 B each); in place, a _foreach_ op writes its first list (it returns None)
+    assert opt.write_bytes == 5 * 848 + 4 * 4
     assert not r.unsupported  # (its record_function bookkeeping ops are free, not unknown)
 
 

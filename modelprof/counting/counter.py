@@ -432,6 +432,8 @@ class OpCounter(compat.TorchDispatchMode):
             op_bytes = (read, nbytes(out))
             if name in SCATTERED_WRITES:  # an in-place write into part of a tensor
                 op_bytes = scattered_bytes(name, args, op_bytes)
+            elif out is None and name.startswith("aten._foreach_"):  # in place: its first list
+                op_bytes = (read, nbytes(args[0]))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:

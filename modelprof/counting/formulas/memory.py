@@ -56,6 +56,7 @@ _WITH_INPLACE = ("scatter", "index_put", "index_fill", "index_copy", "masked_sca
 # copies and layout changes
 register_ops(
     """clone copy_ _to_copy _copy_from _copy_from_and_resize contiguous lift_fresh_copy
+    _foreach_copy_ _foreach_clone _foreach_zero_
     alias_copy detach_copy to_mkldnn to_dense _to_dense mkldnn_reorder_conv2d_weight""",
     *(f"{v}_copy" for v in _RESHAPES + _PARTS),
 )(zero)

@@ -59,13 +59,38 @@ _SCATTERS = ("index_add", "scatter_add", "scatter_reduce", "tril", "triu")
 register_ops(
     """hardsigmoid_ relu6 leaky_relu_ glu prelu _prelu_kernel rrelu_with_noise softplus
     softshrink hardshrink log_sigmoid_forward silu_ gelu_ clamp_ clamp_min_ clamp_max_
-    masked_fill_ sgn _conj_physical logical_not_ _foreach_add _foreach_mul""",
+    masked_fill_ sgn _conj_physical logical_not_""",
     *(name for op in _WITH_INPLACE + _SCATTERS for name in (op, f"{op}_")),
 )(elementwise(1))
 # fused elementwise ops cost their arithmetic: t + value * a * b, t + value * a / b and
 # a + w * (b - a) are 3 per element (as optim.py's Adam counts them), so an optimizer counted
 # op by op costs what its formula would
 register_ops("addcmul addcmul_ addcdiv addcdiv_ lerp lerp_")(elementwise(3))
+
+
+def per_listed(per_element: int):
+    """Family factory: a ``_foreach_`` op (the multi-tensor form an optimizer's ``foreach``
+    path runs), ``per_element`` flops for every element of its first list of tensors, as the
+    single-tensor ops count it tensor by tensor."""
+
+    def formula(args, kwargs, out) -> Cost:
+        first = args[0] if args and isinstance(args[0], (list, tuple)) else ()
+        return Cost(0, flops=per_element * sum(t.numel() for t in iter_tensors(first)))
+
+    return formula
+
+
+_FOREACH_ONE = """abs acos add asin atan ceil clamp_max clamp_min cos cosh div erf erfc exp expm1
+floor frac lgamma log log10 log1p log2 maximum minimum mul neg pow reciprocal round rsqrt
+sigmoid sign sin sinh sqrt sub tan tanh trunc"""
+register_ops(*(f"_foreach_{n}{form}" for n in _FOREACH_ONE.split() for form in ("", "_")))(
+    per_listed(1)
+)
+register_ops(
+    *(f"_foreach_{n}{form}" for n in ("addcmul", "addcdiv", "lerp") for form in ("", "_"))
+)(per_listed(3))
+register_ops("_foreach_max")(per_listed(1))  # a reduction of each tensor: 1 per element read
+register_ops("_foreach_norm")(per_listed(2))  # as a vector norm's 2 per element
 
 
 @register_ops("dropout native_dropout")
