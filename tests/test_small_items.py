@@ -4,6 +4,7 @@ the overhead line in words, summaries printed whole, no CPU peak-memory column o
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from torch import nn
@@ -119,6 +120,23 @@ def test_overhead_line_in_words() -> None:
     assert "ran 5.0 % slower than the plain passes beside them" in r.summary()
     r.instrumentation_overhead = 0.9996  # -0.04 %: rounds to 0.0, no "0.0 % faster"
     assert "ran as fast as the plain passes beside them" in r.summary()
+    # a newcomer's summary called 44.7 % "the hooks' cost" where the hooks' own measured cost
+    # was 7.6 %: 0.1 ms a call x 1 call (the Linear) over a 1.3 ms plain pass = 7.7 %, far
+    # below 44.7 %: the rest is said to be the machine's
+    import dataclasses
+
+    from modelprof.timing.layers import HookCost
+
+    r.layer_timing = dataclasses.replace(
+        r.layer_timing, hook_cost=HookCost(0.1, 0.0), plain_ms=np.full(5, 1.3)
+    )
+    r.instrumentation_overhead = 1.447
+    assert (
+        "ran 44.7 % slower than the plain passes beside them, of which the hooks' measured "
+        "cost explains about 7.7 %: the rest is other work on the machine"
+    ) in r.summary()
+    r.instrumentation_overhead = 1.15  # within twice the hooks' share and 5 %: theirs
+    assert "ran 15.0 % slower than the plain passes beside them (the hooks' cost)" in r.summary()
 
 
 def test_by_layer_type_prints_whole() -> None:

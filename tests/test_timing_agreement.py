@@ -143,6 +143,41 @@ def test_leaf_rows_above_their_root_are_a_disagreement():
     assert judge_agreement(clean, passes, leaf_sum_ms=10.05 * 1.08).agree
 
 
+def test_leaf_rows_far_below_their_root_are_rough(monkeypatch):
+    # a newcomer's mobilenet under load: leaves summing to 42 % of the (root) row, unmarked.
+    # Here every pass of 5 virtual 1 ms layers has one layer paused 10 ms more, a different
+    # one pass by pass: each layer's median is its 1 ms, every whole pass 15 ms. The leaf
+    # rows sum to 5 ms, 33 % of the (root) pass: below LEAVES_SHORT_SHARE (70 %), so they do
+    # not add up; the clean runs, paused alike, agree with the (root) pass
+    clock, calls = install(monkeypatch), [0]
+
+    class Paused(nn.Module):
+        def __init__(self, i: int) -> None:
+            super().__init__()
+            self.i = i
+
+        def forward(self, x):
+            paused = (calls[0] // 5) % 5 == self.i  # (5 calls a pass: the pass's index)
+            calls[0] += 1
+            clock.advance(1.0 + (10.0 if paused else 0.0))
+            return x
+
+    model = nn.Sequential(*(Paused(i) for i in range(5)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        r = profile(model, (4,), repeat=20, warmup=1, roofline=False)
+    a = r.timing_agreement
+    assert a.verdict == "short" and not a.agree and a.alarming
+    assert a.leaf_sum_ms == pytest.approx(5.0) and a.passes_ms == pytest.approx(15.0)
+    assert "DO NOT ADD UP" in a.note() and "33% of the (root) pass's" in a.note()
+    df = r.to_dataframe()
+    assert df.loc[df["latency_ms"].notna(), "latency_rough"].all()
+    assert [w for w in seen if issubclass(w.category, TimingDisagreementWarning)]
+    # 75 % of the root is inside what a sum of medians reads short: no disagreement
+    passes = _measurement(10.0, 0.01, 1)
+    assert judge_agreement(passes, passes, leaf_sum_ms=7.5).agree
+
+
 def test_a_quiet_agreeing_profile_has_no_disagreement_warning(monkeypatch):
     model = _virtual(monkeypatch, 1.0)  # both windows read the same 2 ms
     with warnings.catch_warnings():
