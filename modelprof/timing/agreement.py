@@ -184,7 +184,7 @@ class TimingAgreement:
                 f"{_ms(self.passes_ms)} they are parts of: each part's median leaves out the "
                 "pauses every whole pass meets (other work on the machine took the cores), so "
                 "the rows and their shares understate the layers; read them as rough, and time "
-                "again with torch.set_num_threads(1) (--threads 1) or on a quieter machine"
+                "again on a quieter machine"
             )
         if self.verdict == "leaves":
             return (
