@@ -417,3 +417,25 @@ def test_an_intervals_bounds_are_dropped_together() -> None:
     priority = ("model", "latency_median_ms", "latency_x", "latency_ci_low_ms")
     fitted = _drop_until_fits(table, limit, "small", priority)
     assert fitted.columns == ("model", "latency_median_ms", "latency_x")
+
+
+def test_a_caption_of_ones_own_keeps_the_tables_legend():
+    # a paper sets its own caption: the default caption's legend (what ~ marks, what the rank
+    # follows) went with it, and the marked cells were left unexplained (a newcomer)
+    from torch import nn
+
+    import modelprof
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    r = modelprof.profile(model, (4,), repeat=1, warmup=0, roofline=False)
+    assert r.layers_rough  # one per-layer pass: fewer than the stop rule promises
+    caption = next(ln for ln in r.to_latex(caption="Mine").splitlines() if "caption{" in ln)
+    assert caption.startswith(r"\caption{Mine. Per-layer times marked \textasciitilde{} are ")
+    counted = modelprof.profile(model, (4,), timing=False)  # no marks: the caption as given
+    assert r"\caption{Mine}" in counted.to_latex(caption="Mine")
+    table = modelprof.compare({"a": nn.Linear(8, 8), "b": nn.Linear(8, 32)}, (8,), repeat=12)
+    caption = next(
+        ln for ln in table.render.to_latex(caption="Two").splitlines() if "caption{" in ln
+    )
+    assert caption.startswith(r"\caption{Two. ") and "rank (1 = lowest" in caption
+    assert "baseline a" not in caption  # (the run's own words stay the user's to choose)

@@ -124,14 +124,19 @@ def env_caption(env: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
+def compare_caption(
+    attrs: Mapping[str, Any], shown: Collection[str] | None = None, legend: bool = False
+) -> str:
     """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
     are estimated and what the rank follows, or that latency was not measured; what made the
     timing less sure (a loaded machine, drift, ties). ``shown``: the columns a table keeps,
-    where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown."""
+    where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown.
+    ``legend``: those last parts alone (what a caption of the user's own keeps)."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
+    if legend:
+        parts = []
     ranked_by = attrs.get("ranked_by")
     if attrs.get("unranked"):
         parts.append("not ranked: too few runs for an interval")
@@ -166,8 +171,10 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
             parts.append(str(attrs["tied"]))
         if attrs.get("step_tied") and (shown is None or "step_rank" in shown):
             parts.append(str(attrs["step_tied"]))
-    elif attrs.get("baseline") is not None:
+    elif attrs.get("baseline") is not None and not legend:
         parts.append("latency not measured (timing off)")
+    if legend:
+        return "; ".join(parts)
     if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
         parts.append("FLOPs and bytes: the training step's forward, loss and optimizer step")
     failed = list(attrs.get("failed") or ())
@@ -240,15 +247,20 @@ def export_comparison(
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
+        legend = compare_caption(df.attrs, shown, legend=True)
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
             ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
             caption = "; ".join(c for c in (caption, *ranks) if c)
+            legend = "; ".join(c for c in (legend, *ranks) if c)
         else:
             df, columns = _rank_said(df, columns)
         given = given.with_defaults(
             view, caption=caption, title=caption, priority=_latex_priority(df.attrs, df.columns)
         )
+        if legend and given.caption not in (None, caption) and legend not in given.caption:
+            # a caption of the user's own keeps what the rank follows and what is rough
+            given = given.replace(caption=f"{given.caption.rstrip('. ')}. {legend}")
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines

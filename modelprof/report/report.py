@@ -501,6 +501,11 @@ class Report(Exports):
         )
         if not fmt.human:  # raw data: the model's totals as counted, and the environment
             totals = self.totals
+        _, said, why = title.partition(". Per-layer times marked ~ are rough")
+        legend = said.removeprefix(". ") + why
+        if legend and view.caption not in (None, title) and legend not in view.caption:
+            # a caption of the user's own keeps what the ~ marks mean (a paper sets one)
+            view = view.replace(caption=f"{view.caption.rstrip('. ')}. {legend}")
         env = None if fmt.human else self._environment()
         return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
 
