@@ -317,3 +317,20 @@ def test_a_loaded_backwards_window_and_stamps_notes_name_the_cpu_work_to_quote()
     # a quiet clean backward (its CPU work the wall's): no CPU work named
     quiet = Measurement(np.full(12, 1.0), cpu_ms=np.full(12, 1.0), cpu_clock="thread_time")
     assert "CPU work" not in judge_backward(quiet, passes, 200, True, plain=plain).note()
+
+
+def test_an_end_to_end_figure_the_run_will_not_quote_is_marked_rough(monkeypatch):
+    # a newcomer's tables printed the clean median plain where the run's own warning said to
+    # quote the CPU work (a loaded machine) or that neither figure was one to quote: the
+    # end-to-end row's latency is marked ~ then, as the rows' are; on a quiet run it is not
+    from modelprof.render.views import END_TO_END_LABEL, ROUGH_MARK
+
+    def footer(r) -> str:
+        return next(ln for ln in r.to_markdown().splitlines() if END_TO_END_LABEL in ln)
+
+    loaded = profile(_virtual(monkeypatch, 2.0), (4,), repeat=12, warmup=1, roofline=False)
+    assert loaded.latency.loaded  # wall 2x the CPU time: other work took the cores
+    # the clean runs: two 1 ms layers read at twice their CPU time, 4.00 ms
+    assert f" {ROUGH_MARK}4.00 ms |" in footer(loaded)
+    quiet = profile(_virtual(monkeypatch, 1.0), (4,), repeat=12, warmup=1, roofline=False)
+    assert not quiet.latency.loaded and ROUGH_MARK not in footer(quiet)

@@ -547,7 +547,7 @@ def prepare_table(
             )
             for i, row in enumerate(cells)
         )
-    footer = _footer(names, kinds, formatters, totals, end_to_end)
+    footer = _footer(names, kinds, formatters, totals, end_to_end, units != "raw")
     return Table(
         columns=tuple(names),
         headers=tuple(headers),
@@ -587,9 +587,11 @@ def _footer(
     formatters: list[Callable],
     totals: Mapping[str, Any] | None,
     end_to_end: Mapping[str, Any] | None,
+    marks: bool = True,
 ) -> list[tuple[str, ...]]:
     """The total and end-to-end rows, each labelled in the first text column that has no value
-    in either, else the first column that has none."""
+    in either, else the first column that has none; a value whose ``<name>_rough`` is set
+    (the run said it is no figure to quote) marked rough (``marks``)."""
     filled = {*(totals or {}), *(end_to_end or {})}
     free = [i for i, name in enumerate(names) if name not in filled]
     label_at = next((i for i in free if kinds[i] == "text"), free[0] if free else None)
@@ -599,7 +601,12 @@ def _footer(
             continue  # a footer row with none of its columns shown would be a bare label
         footer.append(
             tuple(
-                label if i == label_at else fmt(values[name]) if name in values else ""
+                label
+                if i == label_at
+                else (ROUGH_MARK if marks and values.get(f"{name}_rough") else "")
+                + fmt(values[name])
+                if name in values
+                else ""
                 for i, (name, fmt) in enumerate(zip(names, formatters))
             )
         )

@@ -424,6 +424,11 @@ class Report(Exports):
         end_to_end: dict[str, Any] | None = None
         if self.latency is not None:
             end_to_end = {"latency_ms": self.latency.median_ms}
+            a, m = self.timing_agreement, self.latency
+            if (a is not None and a.verdict == "imprecise") or m.loaded or m.undersampled:
+                # the run says it is no figure to quote: too noisy, or the wall clock of a
+                # loaded machine (quote the CPU work), or too few runs
+                end_to_end["latency_ms_rough"] = True
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
         if view.group_by is not None:
