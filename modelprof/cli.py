@@ -878,6 +878,11 @@ def _run_compare(ctx: _Context) -> None:
         name = unique_name(name, models)
         models[name], sizes[name] = model, size
     named = ctx.named_inputs(list(models.values()))
+    if named is not None and args.throughput:  # (compare's own refusal names Python's call)
+        raise ModelProfError(
+            "--throughput searches batch sizes of an input size; on token ids search each "
+            "model with: modelprof throughput MODEL --tokens N"
+        )
     df = compare(
         models,
         sizes if named is None else None,

@@ -132,3 +132,7 @@ def test_tokens_search_a_language_models_throughput(
     assert "(whole training steps)" in capsys.readouterr().out
     assert main([*args, "--input-size", "16"]) == 2
     assert "use one or the other" in capsys.readouterr().err
+    # compare's search takes an input size: on the command line it names the command to use
+    both = ["compare", f"{lm}:gpt2", f"{lm}:gpt2", "--tokens", "16", "--throughput"]
+    assert main(both) == 2
+    assert "modelprof throughput MODEL --tokens N" in capsys.readouterr().err

@@ -188,6 +188,8 @@ def test_a_language_model_is_searched_on_token_ids():
             measure_throughput(lm, **given)
     with pytest.raises(ModelProfError, match="tokens="):
         measure_throughput(lm, tokens=0)
+    with pytest.raises(ModelProfError, match="input_size or tokens=, not both"):
+        step_measure((8,), tokens=8)
 
 
 def test_progress_bar_does_not_break_the_search(capsys):

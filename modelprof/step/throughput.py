@@ -37,6 +37,8 @@ def step_measure(
     optimizer); ``mode``: train mode unless ``RunMode(training=False)`` asks for eval;
     ``tokens`` (with ``input_size`` None): token ids of that length, as ``measure_throughput``'s."""
     spec = StepSpec.parse() if spec is None else spec
+    if input_size is not None and tokens is not None:
+        raise ModelProfError("step_measure takes input_size or tokens=, not both")
 
     checked: list[bool] = []  # the first point checks the step as profile() would
 
