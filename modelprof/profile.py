@@ -284,6 +284,17 @@ def _one_list_for_many(error: ModelProfError, model: Any, mi: ModelInputs) -> bo
     return refuses_call(model, *mi.args, **mi.kwargs)
 
 
+def _read_unbatched(error: ModelProfError, mi: ModelInputs) -> bool:
+    """A convolution took inputs made from a size one dimension short for an unbatched input:
+    its message names the input it saw with a batch of 1 added in front ("expected
+    input[1, 1, 3, 64] to have 3 channels" for a made 1x3x64)."""
+    said = re.search(r"expected input\[1, ([\d, ]+)\] to have \d+ channels", str(error))
+    if said is None or not getattr(error, "in_forward", False):
+        return False
+    seen = tuple(int(d) for d in said[1].split(", "))
+    return any(tuple(t.shape) == seen for t in iter_tensors(mi.args))
+
+
 def _one_short(error: ModelProfError, given: Any) -> bool:
     """A forward ``given`` tensors (not made from a size) refused them one dimension short
     (BatchNorm2d's "expected 4D input (got 3D input)"), as an unbatched sample is."""
@@ -319,6 +330,13 @@ def _batch_hint(input_size: Any, mi: ModelInputs, model: Any, inputs: Any = None
             if input_size is not None and not holds_tensors(input_size)
             else []
         )
+        if shapes and _read_unbatched(e, mi):
+            raise ModelProfError(
+                f"{e}\nhint: input_size holds every dimension but the batch: "
+                f"{brief(input_size)} gave the model {mi.shapes()}, which the convolution read "
+                "as one unbatched input (a dimension short): pass every dimension but the "
+                "batch (an image's (channels, height, width), e.g. (3, 224, 224))"
+            ) from e.__cause__
         if (
             not any(len(s) >= 2 for s in shapes)
             or not getattr(e, "in_forward", False)
