@@ -1166,7 +1166,7 @@ def _add_sweep_parser(sub: Any) -> None:
 #: The columns ``modelprof sweep`` prints (all of them are in the files).
 _SWEEP_SHOWN = (
     "model batch_size dtype mode timing status params macs flops latency_median_ms "
-    "latency_loaded rank wall_s"
+    "latency_loaded cpu_work_median_ms rank wall_s"
 ).split()
 
 

@@ -56,7 +56,8 @@ def sweep(
     backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
     a row has none), the latency columns (and ``threads``) of timed configurations
     (``latency_rough``: above a bigger batch size's of the same model, dtype, mode and options,
-    beyond both intervals; ``latency_loaded``: other work on the machine stretched it),
+    beyond both intervals; ``latency_loaded``: other work on the machine stretched it, and
+    then ``cpu_work_median_ms``, the CPU work its warning says to quote, NaN otherwise),
     ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
     ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
@@ -117,6 +118,7 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
 
 
 def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
+    cpu = getattr(m, "cpu", None)  # what a loaded row's warning says to quote
     return {
         **interval_columns(prefix, m),
         f"{prefix}_p90_ms": m.p90_ms,
@@ -124,6 +126,9 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
         f"{prefix}_stable": m.stable,
         f"{prefix}_loaded": m.loaded,  # other work on the machine stretched it: time again
         f"{prefix}_n": m.n,
+        prefix.replace("latency", "cpu_work") + "_median_ms": (
+            cpu.median_ms if cpu is not None and m.loaded else float("nan")
+        ),
     }
 
 

@@ -490,3 +490,20 @@ def test_the_sweeps_json_reads_back_exactly_with_modelprofs_reader(nets: Path, t
     back, totals, env = read_json(out / "sweep.json")
     pd.testing.assert_frame_equal(back, df)
     assert totals is None and env is None
+
+
+def test_a_loaded_rows_cpu_work_is_a_column() -> None:
+    # a newcomer's sweep row read 78.0 ms, its warnings cell saying to quote the CPU work,
+    # median 38.954 ms, which no column held: it is cpu_work_median_ms where the run was loaded
+    import numpy as np
+
+    from modelprof.sweep import _latency
+    from modelprof.timing import Measurement
+
+    wall, cpu = np.full(8, 4.0), np.full(8, 2.0)  # wall/CPU 2: the work waited for a core
+    loaded = Measurement(wall, cpu_ms=cpu)
+    assert loaded.loaded
+    assert _latency("latency", loaded)["cpu_work_median_ms"] == 2.0
+    assert _latency("backward_latency", loaded)["backward_cpu_work_median_ms"] == 2.0
+    quiet = Measurement(wall, cpu_ms=wall)  # wall = CPU: nothing to quote instead
+    assert not quiet.loaded and np.isnan(_latency("latency", quiet)["cpu_work_median_ms"])
