@@ -880,8 +880,8 @@ def _run_compare(ctx: _Context) -> None:
     named = ctx.named_inputs(list(models.values()))
     if named is not None and args.throughput:  # (compare's own refusal names Python's call)
         raise ModelProfError(
-            "--throughput searches batch sizes of an input size; on token ids search each "
-            "model with: modelprof throughput MODEL --tokens N"
+            "--throughput searches batch sizes of an --input-size, not --input/--tokens"
+            + ("; on token ids: modelprof throughput MODEL --tokens N" if ctx.tokens else "")
         )
     df = compare(
         models,

@@ -57,7 +57,8 @@ def sweep(
     a row has none), the latency columns (and ``threads``) of timed configurations
     (``latency_rough``: above a bigger batch size's of the same model, dtype, mode and options,
     beyond both intervals; ``latency_loaded``: other work on the machine stretched it, and
-    then ``cpu_work_median_ms``, the CPU work its warning says to quote, NaN otherwise),
+    then ``cpu_work_median_ms``, the CPU work its warning says to quote where it does, NaN
+    otherwise),
     ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
     ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
@@ -127,7 +128,7 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
         f"{prefix}_loaded": m.loaded,  # other work on the machine stretched it: time again
         f"{prefix}_n": m.n,
         prefix.replace("latency", "cpu_work") + "_median_ms": (
-            cpu.median_ms if cpu is not None and m.loaded else float("nan")
+            cpu.median_ms if cpu is not None and m.loaded and m.cpu_holds else float("nan")
         ),
     }
 

@@ -136,3 +136,7 @@ def test_tokens_search_a_language_models_throughput(
     both = ["compare", f"{lm}:gpt2", f"{lm}:gpt2", "--tokens", "16", "--throughput"]
     assert main(both) == 2
     assert "modelprof throughput MODEL --tokens N" in capsys.readouterr().err
+    named = [*both[:3], "--input", "input_ids:int64[16]:0-100", "--throughput"]
+    assert main(named) == 2  # no tokens given: none named (review)
+    err = capsys.readouterr().err
+    assert "searches batch sizes of an --input-size" in err and "--tokens N" not in err

@@ -349,6 +349,16 @@ def test_fused_elementwise_ops_cost_their_arithmetic():
     assert totals(Fn(lambda t, a, b: t.clone().addcmul_(a, b)), t, a, b)["flops"] == 36
 
 
+def test_a_foreach_op_counts_its_list_wherever_it_stands():
+    # _foreach_pow.ScalarAndTensor(2.0, [a, b]) takes a scalar first: its list of 2 x 100
+    # elements is 200 flops, where the first version found no list and counted 0 (review)
+    from modelprof.counting.formulas.pointwise import per_listed
+
+    a, b = torch.ones(100), torch.ones(10, 10)
+    assert per_listed(1)((2.0, [a, b]), {}, None).resolved()[1] == 200
+    assert per_listed(3)(([a, b], [a, b], [a, b]), {}, None).resolved()[1] == 600
+
+
 def test_residual_add_is_charged_to_the_parent():
     class Block(nn.Module):
         def __init__(self):

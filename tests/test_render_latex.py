@@ -430,7 +430,10 @@ def test_a_caption_of_ones_own_keeps_the_tables_legend():
     r = modelprof.profile(model, (4,), repeat=1, warmup=0, roofline=False)
     assert r.layers_rough  # one per-layer pass: fewer than the stop rule promises
     caption = next(ln for ln in r.to_latex(caption="Mine").splitlines() if "caption{" in ln)
-    assert caption.startswith(r"\caption{Mine. Per-layer times marked \textasciitilde{} are ")
+    assert caption.startswith(r"\caption{Mine. ")
+    assert r"Per-layer times marked \textasciitilde{} are rough" in caption
+    # one run: the end-to-end median too is no figure to quote, and is said to be
+    assert r"end-to-end latency marked \textasciitilde{} is no figure to quote" in caption
     counted = modelprof.profile(model, (4,), timing=False)  # no marks: the caption as given
     assert r"\caption{Mine}" in counted.to_latex(caption="Mine")
     table = modelprof.compare({"a": nn.Linear(8, 8), "b": nn.Linear(8, 32)}, (8,), repeat=12)

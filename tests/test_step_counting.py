@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from modelprof import profile
+from modelprof import ModelProfError, profile
 
 COUNT = dict(timing=False, roofline=False)
 
@@ -434,3 +434,14 @@ def test_labels_make_the_loss_the_models_own():
         r = profile(TakesLabels(returns), given, backward=True, **COUNT)
         assert rows(r)[("(loss)", 1)]["type"] == "sum"
         assert r.training_step.cost.loss_name == "sum"
+
+    class GivesLabelsBack(nn.Module):  # nothing to differentiate: said as without labels
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x, labels=None):
+            return labels
+
+    with pytest.raises(ModelProfError, match="labels= was given, but the output is"):
+        profile(GivesLabelsBack(), given, backward=True, **COUNT)

@@ -501,9 +501,13 @@ def test_a_loaded_rows_cpu_work_is_a_column() -> None:
     from modelprof.timing import Measurement
 
     wall, cpu = np.full(8, 4.0), np.full(8, 2.0)  # wall/CPU 2: the work waited for a core
-    loaded = Measurement(wall, cpu_ms=cpu)
-    assert loaded.loaded
+    loaded = Measurement(wall, cpu_ms=cpu, cpu_clock="thread_time")  # one thread's work
+    assert loaded.loaded and loaded.cpu_holds
     assert _latency("latency", loaded)["cpu_work_median_ms"] == 2.0
     assert _latency("backward_latency", loaded)["backward_cpu_work_median_ms"] == 2.0
     quiet = Measurement(wall, cpu_ms=wall)  # wall = CPU: nothing to quote instead
     assert not quiet.loaded and np.isnan(_latency("latency", quiet)["cpu_work_median_ms"])
+    # several threads' CPU work, stretched by the load too: its warning quotes none (review)
+    threads = Measurement(wall, cpu_ms=cpu, competing_cores=1.5, cpu_thread_share=0.3)
+    assert threads.loaded and not threads.cpu_holds
+    assert np.isnan(_latency("latency", threads)["cpu_work_median_ms"])

@@ -424,10 +424,7 @@ class Report(Exports):
         end_to_end: dict[str, Any] | None = None
         if self.latency is not None:
             end_to_end = {"latency_ms": self.latency.median_ms}
-            a, m = self.timing_agreement, self.latency
-            if (a is not None and a.verdict == "imprecise") or m.loaded or m.undersampled:
-                # the run says it is no figure to quote: too noisy, or the wall clock of a
-                # loaded machine (quote the CPU work), or too few runs
+            if self._end_to_end_rough() is not None:  # the run says it is no figure to quote
                 end_to_end["latency_ms_rough"] = True
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
@@ -506,8 +503,7 @@ class Report(Exports):
         )
         if not fmt.human:  # raw data: the model's totals as counted, and the environment
             totals = self.totals
-        _, said, why = title.partition(". Per-layer times marked ~ are rough")
-        legend = said.removeprefix(". ") + why
+        legend = title.removeprefix(self._head()).removeprefix(". ")
         if legend and view.caption not in (None, title) and legend not in view.caption:
             # a caption of the user's own keeps what the ~ marks mean (a paper sets one)
             view = view.replace(caption=f"{view.caption.rstrip('. ')}. {legend}")
@@ -658,12 +654,10 @@ class Report(Exports):
     def _title(self) -> str:
         """The caption of an export: the model (a torchvision architecture by its builder's name,
         ``resnet50``, not its class ``ResNet``) and its run, and why rows are marked rough."""
-        params = int(self.totals.get("params") or 0)
-        model = _torchvision_name(self.model_name, params) or self.model_name
-        title = (
-            f"{model}, input {self.input_shape}, {self.dtype} on "
-            f"{self.env.get('device_name', self.device)}"
-        )
+        title = self._head()
+        whole = self._end_to_end_rough()
+        if whole is not None:
+            title += f". The end-to-end latency marked ~ is no figure to quote: {whole}"
         reason = self._rough_reason()
         if reason is None and self.layer_timing is not None:
             df = self.to_dataframe()  # (layers not rough: a rough row is a short one)
@@ -687,6 +681,31 @@ class Report(Exports):
             }.get(backward.verdict, "they disagree with the clean backward")
             reason = "; ".join(r for r in (reason, f"backward times: {why}") if r)
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
+
+    def _head(self) -> str:
+        """The caption's first sentence: the model and its run."""
+        params = int(self.totals.get("params") or 0)
+        model = _torchvision_name(self.model_name, params) or self.model_name
+        return (
+            f"{model}, input {self.input_shape}, {self.dtype} on "
+            f"{self.env.get('device_name', self.device)}"
+        )
+
+    def _end_to_end_rough(self) -> str | None:
+        """Why the clean end-to-end median is no figure to quote, as the run's own checks say
+        (marked ~ in the end-to-end row); else None."""
+        a, m = self.timing_agreement, self.latency
+        if m is None:
+            return None
+        if a is not None and a.verdict == "imprecise":
+            return "the per-layer and clean runs are too noisy to compare"
+        if a is not None and a.verdict == "disagree" and a.quote == "per-layer" and not a.regimes:
+            return "the clean runs were slowed (quote the (root) row)"
+        if m.loaded:
+            return "the machine was loaded (quote the CPU work)"
+        if m.undersampled:
+            return "too few runs"
+        return None
 
     def _rough_reason(self) -> str | None:
         """Why the per-layer times are rough (:attr:`layers_rough`), in a few words; else None."""

@@ -104,7 +104,14 @@ class OwnLoss:
             self.__name__ = "output.loss"
             return got
         self.__name__ = "sum"
-        return default_loss(output)
+        loss = default_loss(output)
+        if loss is None:
+            raise ModelProfError(
+                f"labels= was given, but the output is {_describe(output)}: no `loss` of its "
+                "own and no floating tensor that requires grad to make the default loss (the "
+                "sum of the floating outputs); pass loss_fn= (and target=)"
+            )
+        return loss
 
 
 def _describe(output: Any) -> str:

@@ -73,8 +73,8 @@ def per_listed(per_element: int):
     path runs), ``per_element`` flops for every element of its first list of tensors, as the
     single-tensor ops count it tensor by tensor."""
 
-    def formula(args, kwargs, out) -> Cost:
-        first = args[0] if args and isinstance(args[0], (list, tuple)) else ()
+    def formula(args, kwargs, out) -> Cost:  # (_foreach_pow.ScalarAndTensor: a scalar first)
+        first = next((a for a in args if isinstance(a, (list, tuple))), ())
         return Cost(0, flops=per_element * sum(t.numel() for t in iter_tensors(first)))
 
     return formula
