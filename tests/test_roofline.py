@@ -513,8 +513,9 @@ def test_a_short_self_row_is_named_in_the_caption(monkeypatch) -> None:
             return self.lin(x) + x  # the add: the (self) row's work
 
     r = profile(Residual(), (8,), repeat=12, warmup=1, warn=False)
-    # (a loaded machine's own reason, which would be said first, is held off)
+    # (a loaded machine's own reasons, for the rows and the end-to-end row, are held off)
     monkeypatch.setattr(report_module.Report, "_rough_reason", lambda self: None)
+    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: None)
     monkeypatch.setattr(report_module, "_short_own_rows", lambda df: df["module"] == "nothing")
     assert "marked ~" not in r._title()
     monkeypatch.setattr(
