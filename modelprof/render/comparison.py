@@ -21,6 +21,7 @@ __all__ = [
     "COMPACT_COMPARE_COLUMNS",
     "compact_compare_columns",
     "compare_caption",
+    "compare_legend",
     "export_comparison",
     "rank_header",
 ]
@@ -124,19 +125,34 @@ def env_caption(env: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def compare_caption(
-    attrs: Mapping[str, Any], shown: Collection[str] | None = None, legend: bool = False
-) -> str:
+def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
     """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
-    are estimated and what the rank follows, or that latency was not measured; what made the
-    timing less sure (a loaded machine, drift, ties). ``shown``: the columns a table keeps,
-    where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown.
-    ``legend``: those last parts alone (what a caption of the user's own keeps)."""
+    are estimated and what the rank follows (:func:`compare_legend`), or that latency was not
+    measured; the rows that failed. ``shown``: the columns a table keeps, where it keeps fewer
+    (a LaTeX table fitted to the page): their intervals only if shown."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
-    if legend:
-        parts = []
+    legend = compare_legend(attrs, shown)
+    parts += [legend] if legend else []
+    if baseline is not None and not attrs.get("unranked") and attrs.get("ranked_by") is None:
+        parts.append("latency not measured (timing off)")
+    if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
+        parts.append("FLOPs and bytes: the training step's forward, loss and optimizer step")
+    failed = list(attrs.get("failed") or ())
+    if failed:  # their rows are empty: a table that drops the error column still says why
+        parts.append(
+            f"{', '.join(failed)} failed and {'is' if len(failed) == 1 else 'are'} not "
+            "compared (the error column and the notes say why)"
+        )
+    return "; ".join(parts)
+
+
+def compare_legend(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
+    """The caption's account of the timing: how the ratios are estimated, what the rank
+    follows, what made it less sure (a loaded machine, drift, ties); what a caption of the
+    user's own keeps. ``shown``: as :func:`compare_caption`'s."""
+    parts: list[str] = []
     ranked_by = attrs.get("ranked_by")
     if attrs.get("unranked"):
         parts.append("not ranked: too few runs for an interval")
@@ -171,18 +187,6 @@ def compare_caption(
             parts.append(str(attrs["tied"]))
         if attrs.get("step_tied") and (shown is None or "step_rank" in shown):
             parts.append(str(attrs["step_tied"]))
-    elif attrs.get("baseline") is not None and not legend:
-        parts.append("latency not measured (timing off)")
-    if legend:
-        return "; ".join(parts)
-    if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
-        parts.append("FLOPs and bytes: the training step's forward, loss and optimizer step")
-    failed = list(attrs.get("failed") or ())
-    if failed:  # their rows are empty: a table that drops the error column still says why
-        parts.append(
-            f"{', '.join(failed)} failed and {'is' if len(failed) == 1 else 'are'} not "
-            "compared (the error column and the notes say why)"
-        )
     return "; ".join(parts)
 
 
@@ -247,7 +251,7 @@ def export_comparison(
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
-        legend = compare_caption(df.attrs, shown, legend=True)
+        legend = compare_legend(df.attrs, shown)
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
             ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
