@@ -97,13 +97,15 @@ def gathered_bytes(weight: Any, indices: Any, whole: int) -> int:
     return whole - weight.numel() * size + indices.numel() * weight.shape[1] * size
 
 
-#: in-place writes into part of a tensor: (the argument holding the values written, of
-#: ``index_put_`` the indices); a static KV cache's ``index_copy_`` writes one token, not the cache
-SCATTERED_WRITES = {
-    "aten.index_copy_.default": 3,  # (self, dim, index, source)
-    "aten.index_put_.default": 2,  # (self, indices, values, accumulate)
-    "aten._index_put_impl_.default": 2,
-}
+#: in-place writes into part of a tensor (:func:`scattered_bytes`); a static KV cache's
+#: ``index_copy_`` writes one token, not the cache
+SCATTERED_WRITES = frozenset(
+    {
+        "aten.index_copy_.default",  # (self, dim, index, source)
+        "aten.index_put_.default",  # (self, indices, values, accumulate)
+        "aten._index_put_impl_.default",
+    }
+)
 
 
 def scattered_bytes(name: str, args: tuple, whole: tuple[int, int]) -> tuple[int, int]:
