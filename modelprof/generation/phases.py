@@ -119,13 +119,18 @@ class _Counter:
             time_phase(lm, phase, mi, None, self.opts, encoder)
         return phase
 
-    def _next(self, length: int) -> tuple[Any, torch.Tensor, bool]:
-        """The cache to extend, ``length`` new tokens and whether they are the prompt."""
+    def _next(
+        self, length: int, given: tuple[torch.Tensor, bool] | None = None
+    ) -> tuple[Any, torch.Tensor, bool]:
+        """The cache to extend, ``length`` new tokens and whether they are the prompt
+        (``given``: these tokens, and whether they start the cache)."""
         first = self.length == 0
         cache = self.cache
         if cache is None:  # room for the generation, and for a context asked past it
             room = max(self.spec.total_len, max(self.spec.contexts, default=0) + 1)
             cache = self.lm.new_cache(self.batch, room + 1)
+        if given is not None:
+            return cache, *given
         new = self.lm.prompt if first else self.lm.tokens
         return cache, new(self.batch, length, self.gen), first
 
@@ -134,8 +139,7 @@ class _Counter:
     ) -> tuple[Phase, ModelInputs, Snapshot]:
         """A counted forward of ``length`` new tokens after the cache (which it extends);
         ``given``: these tokens, and whether they start the cache."""
-        cache, tokens, first = self._next(length)
-        tokens, first = given if given is not None else (tokens, first)
+        cache, tokens, first = self._next(length, given)
         cache_as_was = Snapshot(cache, copy_on_write=True)
         mi = self.lm.inputs(tokens, cache, first)
         phase = self._counted("prefill", self.length, int(tokens.shape[1]), mi, watch=cache_as_was)
@@ -167,8 +171,7 @@ class _Counter:
         if not self.lm.runs_as_is:
             self._extend(length, given)
             return
-        cache, tokens, first = self._next(length)
-        tokens, first = given if given is not None else (tokens, first)
+        cache, tokens, first = self._next(length, given)
         _, self.cache = self.lm.step(tokens, cache, prompt=first)
         self.length += length
 
