@@ -44,8 +44,9 @@ def write_atomic(path: Path, text: str) -> None:
 def make_folder(folder: Path, label: str) -> list[Path]:
     """Create ``folder``; refuse, naming ``label``, one under a file or not writable. The
     directories it created, deepest first (for a caller that removes them if left empty)."""
-    missing = list(itertools.takewhile(lambda p: not p.exists(), (folder, *folder.parents)))
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    chain = (folder, *folder.parents)
+    missing = list(itertools.takewhile(lambda p: not p.exists(), chain))
+    existing = chain[len(missing)] if len(missing) < len(chain) else None
     if existing is not None and not existing.is_dir():
         raise ModelProfError(f"{label}: {str(existing)!r} is a file, not a directory")
     try:
