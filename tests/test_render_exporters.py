@@ -224,6 +224,16 @@ def test_html_standalone_page_is_a_complete_document() -> None:
     assert '<meta charset="utf-8">' in text and "<title>Net &lt;1&gt;</title>" in text
     assert "<h1>Net &lt;1&gt;</h1>" in text and "a &amp; b" in text
     assert text.rstrip().endswith("</html>") and text.count("<table>") == 1
+    assert "<caption>" not in text  # no caption: the heading is the title
+
+
+def test_html_standalone_page_keeps_the_callers_caption() -> None:
+    # a page's caption= was dropped (only the fragment showed it): a paper's caption was lost
+    page = to_html(report_frame(), TOTALS, standalone=True, title="Net", caption="Table 2 & more")
+    assert "<h1>Net</h1>" in page and "<caption>Table 2 &amp; more</caption>" in page
+    # a caption that is the page's title is its heading once, not twice
+    same = to_html(report_frame(), TOTALS, standalone=True, caption="Net")
+    assert "<h1>Net</h1>" in same and "<caption>" not in same
 
 
 def test_text_and_markdown_show_the_end_to_end_row() -> None:

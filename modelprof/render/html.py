@@ -137,12 +137,12 @@ def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
 
 
 def _layout(table: Table, view: ViewOptions, to_file: bool) -> str:
-    fragment = html_table(
-        table, caption=None if view.standalone else view.caption, max_height=view.max_height
-    )
+    page_title = view.title or view.caption or "modelprof report"
+    # a page's heading is its title: a caption of the user's own stands above the table too
+    own = view.caption if not view.standalone or view.caption != page_title else None
+    fragment = html_table(table, caption=own, max_height=view.max_height)
     if not view.standalone:
         return fragment
-    page_title = view.title or view.caption or "modelprof report"
     return html_page(fragment, title=page_title, summary=view.summary)
 
 
