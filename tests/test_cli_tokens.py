@@ -78,6 +78,11 @@ def test_token_inputs_values() -> None:
     assert isinstance(made, tuple) and made[0].shape == (3, 12) and made[0].dtype == torch.int64
     assert 0 <= int(made[0].min()) and int(made[0].max()) < 50  # the embedding's 50 rows
     assert torch.equal(made[0], token_inputs(emb, 12, batch_size=3)[0])  # seeded
+    # a model without embeddings: the error names the keyword that gives the ids' range
+    with pytest.raises(ModelProfError, match=r"\(vocab=1000; the CLI: --input input_ids"):
+        token_inputs(nn.Linear(12, 2), 12)
+    ids = token_inputs(nn.Linear(12, 2), 12, vocab=7)[0]
+    assert int(ids.max()) < 7  # given the range, the same model takes token ids
 
 
 def test_parse_input_arg() -> None:

@@ -478,9 +478,10 @@ def vocab_size(model: nn.Module) -> int:
     sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
     if not sizes:
         raise ModelProfError(
-            f"{type(model).__name__} has no nn.Embedding and no "
-            "config.vocab_size to draw token ids from; give the range, "
-            "e.g. input_ids:int64[128]:0-1000"
+            f"{type(model).__name__} has no nn.Embedding and no config.vocab_size to draw "
+            "token ids from: give their range (vocab=1000; the CLI: --input "
+            "input_ids:int64[128]:0-1000), or, for a model that takes no token ids, an input "
+            "size instead of tokens"
         )
     return max(sizes)
 
