@@ -10,6 +10,7 @@ from torch import nn
 
 from modelprof import profile
 from modelprof.counting.scope import NOT_CALLED
+from modelprof.render.views import select_rows
 
 
 class _Heads(nn.Module):
@@ -40,6 +41,19 @@ def test_total_params_are_the_models_with_a_not_called_row(route, monkeypatch):
     assert int(idle["macs"].iloc[0]) == 0 and int(idle["read_bytes"].iloc[0]) == 0
     assert int(df.loc[df["leaf"], "params"].sum()) == 63  # the leaf rows add up
     assert "33 of the params are in modules this forward did not call: aux, extra" in r.summary()
+
+
+def test_the_not_called_row_stays_in_a_collapsed_table():
+    # depth=0 showed the (root) row alone: 30 params above a total of 63 (the row sits at depth
+    # 1, the root's sibling, and was cut with the root's children)
+    r = profile(_Heads(), (4,), timing=False)
+    for options in ({"depth": 0}, {"depth": 0, "leaf_only": True}, {"depth": 1}):
+        shown = select_rows(r.to_dataframe(), **options)
+        assert NOT_CALLED in set(shown["module"]), options
+        # the root-level rows (depth 0) and the unused parameters' row: 30 + 33
+        top = shown[(shown["depth"] == 0) | (shown["module"] == NOT_CALLED)]
+        assert int(top["params"].sum()) == r.totals["params"] == 63, options
+    assert "(not called)" in r.to_markdown(depth=0, standalone=False)
 
 
 def test_a_partly_used_module_names_its_unused_parameter():

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 import modelprof.columns as registry
+from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
 from modelprof.render.options import UNITS, ViewOptions, check_count
 from modelprof.render.units import (
@@ -196,7 +197,8 @@ def select_rows(
 ) -> pd.DataFrame:
     """Rows to show, in execution order unless sorting is asked for.
 
-    ``depth=k`` collapses the tree to modules at depth <= k (parents aggregate their children).
+    ``depth=k`` collapses the tree to modules at depth <= k (parents aggregate their children;
+    the ``(not called)`` row of unused parameters, the root's sibling, stays at every depth).
     ``leaf_only=True`` keeps the leaves, of the collapsed tree with ``depth`` (rows at depth k and
     true leaves above it), so they still add up to the totals. ``sort_by=col`` sorts largest
     first (``ascending=True``: smallest), missing values last; ``top_k=n`` keeps the first n,
@@ -214,6 +216,8 @@ def select_rows(
             keep = (out["depth"] == depth) | (out["leaf"].astype(bool) & (out["depth"] < depth))
         else:
             keep = out["depth"] <= depth
+        if "module" in out.columns:  # the root's sibling (at depth 1): shown at every depth
+            keep |= out["module"] == NOT_CALLED
         out = out[keep]
     elif leaf_only:
         require_columns(df, ["leaf"], "leaf_only=True")
