@@ -61,6 +61,38 @@ def test_transposed_conv():
     assert t["macs"] == 504
 
 
+def test_transposed_conv_madd_sums_only_the_outputs_reached():
+    # a stride past the kernel leaves outputs that no product reaches: MAdd read 2*macs - n_out,
+    # -17 for this one. 1x1 kernel, stride 2, 4x4 in, 7x7 out: 16 outputs of one product
+    # each, (2*1 - 1) * 16 = 16
+    one = nn.ConvTranspose2d(1, 1, 1, stride=2, bias=False)
+    assert totals(one, torch.randn(1, 1, 4, 4))["madd"] == 16
+    # output_padding=2 with stride 3: 12x12 out, still the 16 reached: 16
+    pad = nn.ConvTranspose2d(1, 1, 1, stride=3, output_padding=2, bias=False)
+    assert totals(pad, torch.randn(1, 1, 4, 4))["madd"] == 16
+    # 8 -> 8 channels, kernel 2, stride 4, 4x4 in: 8 x 8x8 = 512 outputs reached, each a dot
+    # of 8 channels x 1 tap: 512 * (2*8 - 1) = 7,680 (the 14x14 output has 196 positions)
+    far = nn.ConvTranspose2d(8, 8, 2, stride=4, bias=False)
+    assert totals(far, torch.randn(1, 8, 4, 4))["madd"] == 7680
+    # the usual stride <= kernel: every output reached, 2*macs - n_out as before. 6 x 11x11 =
+    # 726 outputs, 5,400 macs (above): 10,800 - 726 = 10,074; with padding=1 (9x9 out, 486
+    # outputs): 10,800 - 486 = 10,314
+    usual = nn.ConvTranspose2d(4, 6, 3, stride=2, bias=False)
+    assert totals(usual, torch.randn(1, 4, 5, 5))["madd"] == 10_074
+    padded = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, bias=False)
+    assert totals(padded, torch.randn(1, 4, 5, 5))["madd"] == 10_314
+    # a dilated one (dilation 2, kernel 2, stride 1, 3 in): taps {0,1,2} + {2,3,4}, all 5 of 5
+    dil = nn.ConvTranspose1d(1, 1, 2, dilation=2, bias=False)
+    assert totals(dil, torch.randn(1, 1, 3))["madd"] == 2 * 6 - 5
+
+    class Backend(nn.Module):  # a backend op, its stride where its own schema puts it
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            w = torch.ones(1, 1, 1, 1)
+            return torch.ops.aten.slow_conv_transpose2d(x, w, [1, 1], None, [2, 2])
+
+    assert totals(Backend(), torch.randn(1, 1, 4, 4))["madd"] == 16  # as the first one
+
+
 # -- matrix products ----------------------------------------------------------------------------
 def test_linear_on_3d_input():
     t = totals(nn.Linear(4, 5), torch.randn(2, 3, 4))
