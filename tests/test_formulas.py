@@ -13,6 +13,7 @@ from helpers import Fn
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
+from modelprof.counting.formulas.pointwise import _filter_taps
 
 
 def totals(model: nn.Module, *args, **kw):
@@ -500,10 +501,46 @@ def test_fold_sums_its_overlapping_patches():
     assert (t["macs"], t["flops"], t["madd"]) == (0, 9216, 9216)
 
 
+def test_grid_sample_by_its_mode():
+    # 50 outputs (2 channels x 5x5 grid): bilinear 4 neighbours, 2*4 - 1 = 7 flops each (350);
+    # nearest is a gather, 0; bicubic 16 neighbours, 31 each (1,550). Every mode read 350.
+    x, grid = torch.randn(1, 2, 8, 8), torch.rand(1, 5, 5, 2) * 2 - 1
+    flops = {
+        mode: totals(Fn(lambda a, g, m=mode: F.grid_sample(a, g, mode=m)), x, grid)["flops"]
+        for mode in ("bilinear", "nearest", "bicubic")
+    }
+    assert flops == {"bilinear": 350, "nearest": 0, "bicubic": 1550}
+    # 3-d: 2 channels x 3x3x3 grid = 54 outputs; trilinear 8 neighbours, 15 each (810)
+    x3, grid3 = torch.randn(1, 2, 4, 4, 4), torch.rand(1, 3, 3, 3, 3) * 2 - 1
+    near = totals(Fn(lambda a, g: F.grid_sample(a, g, mode="nearest")), x3, grid3)["flops"]
+    assert (totals(Fn(F.grid_sample), x3, grid3)["flops"], near) == (810, 0)
+
+
+def test_antialiased_resize_counts_its_widened_filter():
+    # 64x64 -> 16x16 bilinear, antialias: scale 4 widens the filter's support to 4 pixels.
+    # Output i of a dimension reads pixels int(4i + 2 - 4 + 0.5) .. int(4i + 2 + 4 + 0.5)
+    # clipped to [0, 64): 6 taps at each edge, 8 between, 6 + 14*8 + 6 = 124 a row.
+    # ATen runs the width pass first, 64 rows x 16 outputs: 64 * 2*124 - 1,024 = 14,848 flops;
+    # then the height pass, 16 columns x 16: 16 * 2*124 - 256 = 3,712. In all 18,560 (read as
+    # a plain bilinear resize, 7 x 256 = 1,792, before).
+    resize = Fn(lambda a: F.interpolate(a, size=(16, 16), mode="bilinear", antialias=True))
+    assert totals(resize, torch.randn(1, 1, 64, 64))["flops"] == 18_560
+    # the taps are the filter's as ATen weighs them: no fewer than its non-zero weights (a 1-D
+    # resize of the identity has one column of weights per input pixel)
+    for mode, size in (("bilinear", 2), ("bicubic", 4)):
+        for n_in, n_out in ((64, 16), (100, 33), (10, 3), (64, 128)):
+            eye = torch.eye(n_in).reshape(n_in, 1, 1, n_in)
+            w = F.interpolate(eye, size=(1, n_out), mode=mode, antialias=True)
+            nonzero = int((w != 0).sum())
+            assert nonzero <= _filter_taps(n_in, n_out, False, size) <= nonzero + 3
+
+
 def test_bilinear_and_addbmm():
-    # nn.Bilinear(3, 4, 5) on 2 samples: 2 * 5 * 3 * 4 = 120 MACs
+    # nn.Bilinear(3, 4, 5) on 2 samples, as ATen's _trilinear runs it: x1 with W over i,
+    # 2 * 5 * 3 * 4 = 120 MACs, then that [2, 5, 4] with x2 over j, 2 * 5 * 4 = 40: 160 (the
+    # second contraction was left out)
     t = totals(nn.Bilinear(3, 4, 5, bias=False), torch.randn(2, 3), torch.randn(2, 4))
-    assert t["macs"] == 120
+    assert t["macs"] == 160
     b, m, k, n = 3, 2, 4, 5
     t = totals(Fn(torch.addbmm), torch.randn(m, n), torch.randn(b, m, k), torch.randn(b, k, n))
     # one dot product of length b*k = 12 per output, 10 outputs: 120 MACs; madd (2*12 - 1)*10

@@ -61,10 +61,11 @@ def _addbmm(args, kwargs, out) -> Cost:
 
 @register_formula(aten._trilinear)
 def _trilinear(args, kwargs, out) -> Cost:
-    # nn.Bilinear: y[b, o] = sum_ij x1[b, i] W[o, i, j] x2[b, j]: b*o*i*j MACs
+    # nn.Bilinear: y[b, o] = sum_ij x1[b, i] W[o, i, j] x2[b, j], as ATen pairs it: x1 with W
+    # over i (b*o*i*j MACs), then that [b, o, j] with x2 over j (b*o*j)
     x1, w = args[0], args[1]
     tokens = x1.numel() // x1.shape[-1] if x1.dim() else 1
-    macs = tokens * w.numel()
+    macs = tokens * w.numel() + (tokens * w.shape[0] * w.shape[-1] if w.dim() == 3 else 0)
     return Cost(macs, flops=2 * macs, madd=2 * macs - out.numel())
 
 

@@ -7,10 +7,14 @@ Per-element costs (documented convention):
     reductions (sum, mean, max, argmax, ...): 1 per *input* element;
     var/std: 3 per input element; vector norms: 2 per input element.
     interpolation: a weighted sum of the 2^d (linear) or 4^d (cubic) neighbours,
-    2n - 1 flops per output for n neighbours; nearest is a gather, 0 flops.
+    2n - 1 flops per output for n neighbours; nearest is a gather, 0 flops; antialiased, a
+    pass a dimension over the taps its scaled filter covers.
 """
 
 from __future__ import annotations
+
+import functools
+from math import prod
 
 import torch
 
@@ -124,8 +128,62 @@ def _interpolation(neighbours: int):
 _NEAREST = ("upsample_nearest", "_upsample_nearest_exact")
 register_ops(*(f"{n}{d}d" for n in _NEAREST for d in (1, 2, 3)))(_interpolation(1))
 register_ops("upsample_linear1d")(_interpolation(2))
-register_ops("upsample_bilinear2d _upsample_bilinear2d_aa grid_sampler_2d cudnn_grid_sampler")(
-    _interpolation(4)
-)
-register_ops("upsample_trilinear3d grid_sampler_3d")(_interpolation(8))
-register_ops("upsample_bicubic2d _upsample_bicubic2d_aa")(_interpolation(16))
+register_ops("upsample_bilinear2d cudnn_grid_sampler")(_interpolation(4))
+register_ops("upsample_trilinear3d")(_interpolation(8))
+
+
+def _grid_sampler(neighbours: tuple[int, ...]):
+    """``grid_sample`` by its ``interpolation_mode`` (argument 2): its neighbours for
+    bilinear/trilinear (0), nearest (1, a gather) and bicubic (2)."""
+    formulas = [_interpolation(n) for n in neighbours]
+
+    def formula(args, kwargs, out) -> Cost:
+        return formulas[int(arg(args, kwargs, 2, "interpolation_mode", 0))](args, kwargs, out)
+
+    return formula
+
+
+register_ops("grid_sampler_2d")(_grid_sampler((4, 1, 16)))
+register_ops("grid_sampler_3d")(_grid_sampler((8, 1)))
+register_ops("upsample_bicubic2d")(_interpolation(16))
+
+
+def _antialiased(size: int):
+    """An antialiased resize (``interpolate(antialias=True)``) runs one pass a resized
+    dimension, last first, as ATen does; an output of a pass is a weighted sum of the taps its
+    filter covers, 2n - 1 flops for n taps. Downsampling by s widens the filter (``size``: 2
+    linear, 4 cubic) s times, so a tap count grows with the scale."""
+
+    def formula(args, kwargs, out) -> Cost:
+        x = args[0]
+        corners = bool(arg(args, kwargs, 2, "align_corners", False))
+        shape, flops = list(x.shape), 0
+        for d in (3, 2):
+            n_in, n_out = x.shape[d], out.shape[d]
+            if n_in == n_out:
+                continue  # (ATen skips that pass)
+            shape[d] = n_out
+            taps = _filter_taps(n_in, n_out, corners, size)
+            outputs = prod(shape)
+            flops += 2 * taps * (outputs // n_out) - outputs
+        return Cost(0, flops=flops)
+
+    return formula
+
+
+@functools.lru_cache(maxsize=256)
+def _filter_taps(n_in: int, n_out: int, corners: bool, size: int) -> int:
+    """The taps of all ``n_out`` outputs of one dimension, as ATen's antialias weights bound
+    them (``_compute_indices_min_size_weights_aa``)."""
+    scale = (n_in - 1) / (n_out - 1) if corners and n_out > 1 else n_in / n_out
+    support = size / 2 * max(scale, 1.0)
+    total = 0
+    for i in range(n_out):
+        center = scale * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        total += min(int(center + support + 0.5), n_in) - low
+    return total
+
+
+register_ops("_upsample_bilinear2d_aa")(_antialiased(2))
+register_ops("_upsample_bicubic2d_aa")(_antialiased(4))
