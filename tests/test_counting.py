@@ -95,7 +95,7 @@ def test_decomposition_failure_falls_back_to_unsupported():
 
     how = counter_mod._How("table", broken)
     c = counter_mod.OpCounter(counter_mod.FixedScope(), reg)
-    c._ops[torch.ops.aten.mse_loss.default] = (how, "aten.mse_loss.default", False, False)
+    c._ops[torch.ops.aten.mse_loss.default] = (how, "aten.mse_loss.default", False, False, False)
     with c:
         out = F.mse_loss(x, x)
     assert float(out) == 0.0

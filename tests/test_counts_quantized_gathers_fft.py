@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from modelprof import profile
@@ -301,3 +302,33 @@ def test_a_slice_of_a_buffer_reads_the_slice_not_the_buffer():
     report = profile(nn.Sequential(Masked()), inputs=x, timing=False)
     # the input (16 floats) and the 4x4 slice of the mask (16 floats), not the 4 MiB mask
     assert report.totals["read_bytes"] == 16 * 4 + 16 * 4
+
+
+def test_a_buffer_read_as_a_keyword_or_in_a_list_is_read():
+    # a leaf's read bytes saw only an op's positional tensors: SDPA's keyword-only attn_mask
+    # and the index list of x[idx] went uncounted (a parent's own ops counted them)
+    class Attend(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("bias", torch.randn(64, 64))
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+
+    q, k, v = (torch.randn(1, 2, 64, 8) for _ in range(3))
+    # q, k, v: 3 x 1*2*64*8 floats = 12,288 B; the mask 64*64 floats = 16,384 B: 28,672
+    assert profile(Attend(), inputs=(q, k, v), timing=False).totals["read_bytes"] == 28_672
+
+    class Gather(nn.Module):  # a relative-position table looked up by an index buffer
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(225, 2))
+            self.register_buffer("index", torch.randint(0, 225, (64, 64)))
+
+        def forward(self, x):
+            return x + self.table[self.index.view(-1)].view(64, 64, 2).sum(-1)
+
+    r = profile(Gather(), inputs=torch.randn(64, 64), timing=False)
+    # the input 64*64 floats (16,384 B), the table 225*2 floats (1,800 B) and the int64 index
+    # 64*64*8 = 32,768 B: 50,952
+    assert r.totals["read_bytes"] == 16_384 + 1_800 + 32_768

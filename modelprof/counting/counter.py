@@ -222,7 +222,7 @@ class OpCounter(compat.TorchDispatchMode):
         self.decomposed: Counter[str] = Counter()  # ops counted through their decomposition
         self.by_op: dict[str, OpStats] = {}
         # op -> (formula or _How, name, takes packed quantized weights, before_op watches it)
-        self._ops: dict[Any, tuple[Any, str, bool, bool]] = {}
+        self._ops: dict[Any, tuple[Any, str, bool, bool, bool]] = {}
         self._packed_seen: dict[int, Any] = {}
         # charges of a tentative run (a decomposition, a subgraph) that may be rolled back
         self._staged: list | None = None
@@ -283,7 +283,7 @@ class OpCounter(compat.TorchDispatchMode):
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
         name = op_name(func)
-        packed = False
+        packed = nested = False
         if isinstance(func, HigherOrderOperator):
             formula = self.registry.lookup(func) or _SUBGRAPHS
             if getattr(formula, "wants_probe", False):  # costs a callable it is handed
@@ -300,11 +300,16 @@ class OpCounter(compat.TorchDispatchMode):
                 "PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
                 for a in func._schema.arguments
             )
+            # tensors it reads past its positional ones: a keyword-only attn_mask, a list's
+            nested = any(
+                "Tensor" in str(a.type) and (a.kwarg_only or str(a.type).startswith("List"))
+                for a in func._schema.arguments
+            )
         # a hook may say which ops it watches (the state guard's: those that write an argument)
         hook = self.before_op
         watches = getattr(hook, "watches", None)
         watch = hook is not None and (watches is None or bool(watches(func)))
-        entry = self._ops[func] = (formula, name, packed, watch)
+        entry = self._ops[func] = (formula, name, packed, watch, nested)
         return entry
 
     def _charge_params(self, args: tuple) -> None:
@@ -370,22 +375,23 @@ class OpCounter(compat.TorchDispatchMode):
         entry = self._ops.get(func)
         if entry is None:
             entry = self._resolve(func)
-        formula, name, packed, watch = entry
+        formula, name, packed, watch, nested = entry
         if kwargs is None:
             kwargs = {}
         if watch:
             self.before_op(func, args, kwargs)
+        read = args if not nested else tuple(_tensors(*args, *kwargs.values()))
         pending = self.tracker.pending_params
-        if pending and not pending.keys().isdisjoint(map(id, args)):
-            self._charge_params(args)
+        if pending and not pending.keys().isdisjoint(map(id, read)):
+            self._charge_params(read)
         buffers = self._buffers
-        if buffers and not buffers.keys().isdisjoint(map(id, args)):
+        if buffers and not buffers.keys().isdisjoint(map(id, read)):
             if formula is VIEW:  # a view reads nothing: the op that uses it reads its bytes
                 out = func(*args, **kwargs)
                 if isinstance(out, torch.Tensor):
                     buffers[id(out)] = out  # (held until the next pass: its id stays unique)
                 return out
-            self._charge_buffers(args)
+            self._charge_buffers(read)
         if formula is VIEW:
             return func(*args, **kwargs)
         if packed:
