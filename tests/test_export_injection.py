@@ -130,3 +130,16 @@ def test_markdown_renders_hostile_names_as_text():
     html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
     assert "<img" not in html and "<table>" in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the name, shown as text
+
+
+def test_markdown_shows_names_with_markup_characters_as_they_are():
+    # only < > | \ were escaped: "*star*" came out in italics, "[link](x)" as a live link
+    markdown_it = pytest.importorskip("markdown_it")
+    names = ["*star*", "`tick`", "[link](x)", "__init__", "~~s~~", "a&amp;b", "layer_1.conv"]
+    text = to_markdown(_frame(names), show_totals=False)
+    html = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
+    assert not re.search(r"<(em|strong|code|a|s|del)\b", html), html
+    for name in ("*star*", "`tick`", "[link](x)", "__init__", "~~s~~", "a&amp;amp;b"):
+        # the name itself, as text (& as its entity)
+        assert f'<td style="text-align:left">{name}</td>' in html, name
+    assert "| layer_1.conv " in text  # an underscore inside a word stays as it is

@@ -13,10 +13,17 @@ __all__ = ["to_markdown", "markdown_table"]
 
 
 def _escape(cell: str) -> str:
-    # A pipe would end the cell, a newline the row; "<" and ">" are escaped so that a name such
-    # as "<img onerror=...>" is never raw HTML, and a backslash first, or "\\<" un-escapes it.
-    cell = escape_control(cell.replace("\\", "\\\\"))
-    return cell.replace("|", "\\|").replace("<", "\\<").replace(">", "\\>")
+    # A pipe would end the cell, a newline the row; a module's or a model's name is text, never
+    # markup ("*x*", "[a](b)", "<img ...>"): each such character escaped, a backslash first
+    return escape_control(_literal(cell, "|"))
+
+
+def _literal(text: str, more: str = "") -> str:
+    """``text`` with every character Markdown could read as markup, an entity or raw HTML
+    escaped (an underscore inside a word, as in ``latency_x``, is none in GitHub's Markdown and
+    is left as it is; ``__init__``'s are escaped)."""
+    text = "".join("\\" + c if c in "\\`*[]<>~&" + more else c for c in text)
+    return re.sub(r"(?<![^\W_])_|_(?![^\W_])", r"\_", text)
 
 
 def markdown_table(table: Table) -> str:
@@ -51,13 +58,9 @@ def _document(table: Table, view: ViewOptions, to_file: bool) -> str:
 
 
 def _prose(line: str) -> str:
-    """``line`` as literal Markdown text inside a paragraph or list item: no character of it
-    is markup, an entity or raw HTML (an underscore inside a word, as in ``latency_x``, is none
-    in GitHub's Markdown and is left as it is; ``__init__``'s are escaped), nor does it open a
-    heading or a list."""
-    line = escape_control(line.replace("\n", " ")).strip()
-    line = "".join("\\" + c if c in "\\`*[]<>~&" else c for c in line)
-    line = re.sub(r"(?<![^\W_])_|_(?![^\W_])", r"\_", line)
+    """``line`` as literal Markdown text inside a paragraph or list item (:func:`_literal`),
+    not opening a heading or a list."""
+    line = _literal(escape_control(line.replace("\n", " ")).strip())
     return re.sub(
         r"^([#+-])|^(\d+)([.)])", lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", line
     )
