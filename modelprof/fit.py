@@ -326,6 +326,12 @@ def _spec(
     mixed = dt.itemsize < 4 if mixed is None else mixed
     if not isinstance(mixed, bool):
         raise ModelProfError(f"mixed_precision={mixed!r} must be True, False or None")
+    if mixed and dt.itemsize >= 4:
+        raise ModelProfError(
+            f"mixed_precision=True with dtype={dtype!r}: the weights are already float32 or "
+            "wider, so an fp32 master copy would hold them twice; pass a 16-bit dtype, or "
+            "mixed_precision=False"
+        )
     if not isinstance(ckpt, str) or ckpt not in CHECKPOINTING:
         raise ModelProfError(
             f"checkpointing={ckpt!r} must be one of {', '.join(map(repr, CHECKPOINTING))}"

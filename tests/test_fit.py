@@ -196,6 +196,9 @@ def test_device_names_memory_and_variants():
         ({"optimizer": "lion"}, "optimizer='lion'"),
         ({"optimizer": torch.nn.Linear}, "optimizer=<class"),
         ({"dtype": torch.int8}, "dtype=torch.int8"),
+        # fp32 weights under mixed precision: a master copy of 4 bytes a parameter beside
+        # weights of 4 bytes a parameter, the weights held twice (it was added silently)
+        ({"dtype": torch.float32, "mixed_precision": True}, "mixed_precision=True with dtype"),
     ],
 )
 def test_bad_input_is_named(kwargs, match):
