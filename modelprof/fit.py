@@ -11,7 +11,8 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = byt
   divided);
 - training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
   optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
-  for the backward as ``profile(..., backward=True)`` counts them, / tp (Megatron with
+  for the backward as ``profile(..., backward=True)`` counts them (trained on the model's own
+  loss where its forward takes ``labels``), / tp (Megatron with
   sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the optimizer state
   and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the gradients, ZeRO-3
   (FSDP) also the weights: the ZeRO paper's accounting (a note gives DeepSpeed's extra terms).
@@ -577,6 +578,8 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
         inputs["decoder_input_ids"] = torch.zeros(decoder, dtype=torch.long, device="meta")
     elif not training and "logits_to_keep" in params:
         inputs["logits_to_keep"] = 1
+    if training and "labels" in params:  # the model's own loss saves its fp32 log-softmax
+        inputs["labels"] = inputs.get("decoder_input_ids", inputs["input_ids"])
     return inputs
 
 

@@ -100,6 +100,9 @@ def test_training_plans_closed_forms():
     assert t.loc["weights", "ZeRO-2"] == 2 * psi and t.loc["weights", "ZeRO-3 (FSDP)"] == 2 * shard
     saved = modelprof_saved(cfg, 2, 16)
     assert (t.loc["saved_activations"] == [0, saved, saved, saved, saved]).all()
+    # the model's own loss saves its fp32 log-softmax at least: 2 x 16 tokens x 101 x 4 B
+    # (fit counted the step on a sum of the logits, without it)
+    assert saved - modelprof_saved(cfg, 2, 16, labels=False) >= 2 * 16 * 101 * 4
     # SDPA is counted as the fused kernel on meta too, so no row ran attention as matmuls
     assert not any("ran attention as matmuls" in n for n in report.notes)
     assert list(t.loc["total"]) == list(
@@ -117,7 +120,7 @@ def test_training_plans_closed_forms():
     )
 
 
-def modelprof_saved(cfg, batch, seq):
+def modelprof_saved(cfg, batch, seq, labels=True):
     import modelprof
 
     with torch.device("meta"):
@@ -125,7 +128,8 @@ def modelprof_saved(cfg, batch, seq):
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     r = modelprof.profile(
         model,
-        inputs={"input_ids": ids},
+        # trained on its own loss, as fit counts it
+        inputs={"input_ids": ids, "labels": ids} if labels else {"input_ids": ids},
         device="meta",
         dtype=torch.bfloat16,
         backward=True,
