@@ -14,15 +14,17 @@ __all__ = ["to_markdown", "markdown_table"]
 
 def _escape(cell: str) -> str:
     # A pipe would end the cell, a newline the row; a module's or a model's name is text, never
-    # markup ("*x*", "[a](b)", "<img ...>"): each such character escaped, a backslash first
-    return escape_control(_literal(cell, "|"))
+    # markup ("*x*", "[a](b)", "<img ...>"): each such character escaped, a backslash first. A
+    # lone "~" (a rough figure's mark) strikes nothing through: escaped only beside another
+    return escape_control(_literal(cell, "|", tilde=cell.count("~") > 1))
 
 
-def _literal(text: str, more: str = "") -> str:
+def _literal(text: str, more: str = "", tilde: bool = True) -> str:
     """``text`` with every character Markdown could read as markup, an entity or raw HTML
     escaped (an underscore inside a word, as in ``latency_x``, is none in GitHub's Markdown and
     is left as it is; ``__init__``'s are escaped)."""
-    text = "".join("\\" + c if c in "\\`*[]<>~&" + more else c for c in text)
+    marks = "\\`*[]<>&" + ("~" if tilde else "") + more
+    text = "".join("\\" + c if c in marks else c for c in text)
     return re.sub(r"(?<![^\W_])_|_(?![^\W_])", r"\_", text)
 
 
