@@ -121,12 +121,25 @@ def test_agreement_needs_both_disjoint_intervals_and_a_gap_beyond_the_tolerance(
     lo, hi = wide.passes_ci_ms
     assert lo <= 10.0 and (hi - lo) / 2 / wide.passes_ms > 0.5
     assert not wide.agree and wide.verdict == "imprecise"
-    assert "TOO NOISY TO COMPARE" in wide.note() and "budget_s" in wide.note()
-    # one pass (no interval): its median stands for it, so a 6.8x gap is still a disagreement
+    assert "TOO NOISY TO COMPARE" in wide.note()
+    # the clean runs' interval is tight (+-1 % spread) on an unloaded machine: their median
+    # stands on its own, and the verdict says to quote it (it said "neither is a figure to
+    # quote" while its quote field named the clean median)
+    assert wide.quote == "clean" and wide.quote_ms == clean.median_ms
+    assert "stands on its own" in wide.note() and "neither" not in wide.note()
+    # both wide: neither stands, and the quote says so
+    noisy = judge_agreement(_measurement(10.0, 2.0, 4), _measurement(20.0, 2.0, 3), 13.0)
+    assert noisy.verdict == "imprecise" and noisy.quote == "none"
+    assert math.isnan(noisy.quote_ms) and "neither is a figure to quote" in noisy.note()
+    # one pass (no interval) is no precise figure: a 6.8x gap is too few runs to judge, not a
+    # disagreement "beyond both intervals" (a newcomer's n=1 clean at 4,151 ms and n=1 root at
+    # 354 ms read as DISAGREE, quote the root)
     one = Measurement([68.0], blocks=[0])
     assert math.isnan(one.median_ci_ms[0])
-    lone = judge_agreement(clean, one, leaf_sum_ms=68.0)
-    assert not lone.agree and "(no interval)" in lone.note() and lone.verdict == "disagree"
+    lone = judge_agreement(one, clean, leaf_sum_ms=10.0)
+    assert not lone.agree and lone.verdict == "imprecise" and lone.quote == "none"
+    assert "(no interval)" in lone.note() and "too few runs" in lone.note()
+    assert "beyond both intervals" not in lone.note()
 
 
 def test_leaf_rows_above_their_root_are_a_disagreement():

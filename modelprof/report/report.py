@@ -697,15 +697,16 @@ class Report(Exports):
         a, m = self.timing_agreement, self.latency
         if m is None:
             return None
-        if a is not None and a.verdict == "imprecise":
-            return "the per-layer and clean runs are too noisy to compare"
+        reasons = []
+        if a is not None and a.verdict == "imprecise" and a.quote != "clean":
+            reasons.append("the per-layer and clean runs are too noisy to compare")
         if a is not None and a.verdict == "disagree" and a.quote == "per-layer" and not a.regimes:
-            return "the clean runs were slowed (quote the (root) row)"
+            reasons.append("the clean runs were slowed (quote the (root) row)")
         if m.loaded:
-            return "the machine was loaded (quote the CPU work)"
+            reasons.append("the machine was loaded (quote the CPU work)")
         if m.undersampled:
-            return "too few runs"
-        return None
+            reasons.append(f"too few runs (n={m.n})")
+        return "; ".join(reasons) or None
 
     def _rough_reason(self) -> str | None:
         """Why the per-layer times are rough (:attr:`layers_rough`), in a few words; else None."""

@@ -112,7 +112,7 @@ class TimingAgreement:
     ratio: float
     agree: bool
     quote_ms: float
-    quote: str  # "clean" or "per-layer"
+    quote: str  # "clean", "per-layer" or "none" (too noisy or too few runs to quote either)
     cpu_ms: float | None = None  # the clean runs' CPU work, when read on a loaded CPU
     cpu_clock: str | None = None
     regimes: str | None = None  # modes the clean runs use and the per-layer passes do not
@@ -149,14 +149,7 @@ class TimingAgreement:
                 f"(median {_ms(self.clean_ms)}) agree within their intervals"
             )
         if self.verdict == "imprecise":
-            return (
-                f"{w['passes']} and {w['runs']} are TOO NOISY TO COMPARE: {w['root']} "
-                f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, {w['clean']} "
-                f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
-                "inside an interval too wide to say which holds (the machine's load moved "
-                "the runs); neither is a figure to quote: time again with a larger budget_s "
-                "or on a quieter machine"
-            )
+            return self._too_noisy(w)
         if self.verdict == "identical" and self.identical is not None:
             return self.identical.note()
         if self.verdict == "window":
@@ -196,6 +189,31 @@ class TimingAgreement:
                 "larger budget_s or on a quieter machine"
             )
         return self._disagreement(w)
+
+    def _too_noisy(self, w: dict[str, str]) -> str:
+        """The TOO NOISY TO COMPARE sentence: whether the clean median stands on its own."""
+        few = not all(map(math.isfinite, (*self.passes_ci_ms, *self.clean_ci_ms)))
+        head = (
+            f"{w['passes']} and {w['runs']} are TOO NOISY TO COMPARE: {w['root']} "
+            f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, {w['clean']} "
+            f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
+            + (
+                "too few runs for an interval to say which holds"
+                if few
+                else "inside an interval too wide to say which holds (the machine's load "
+                "moved the runs)"
+            )
+        )
+        if self.quote == "clean":
+            return (
+                f"{head}; {w['clean']} median {_ms(self.clean_ms)} stands on its own "
+                f"(a tight interval, an unloaded machine): quote it, and read {w['rows']} "
+                "as rough"
+            )
+        return (
+            f"{head}; neither is a figure to quote: time again with a larger budget_s "
+            "or on a quieter machine"
+        )
 
     def _disagreement(self, w: dict[str, str]) -> str:
         """The DISAGREE sentence: both medians, why they differ, the figure to quote."""
@@ -295,9 +313,15 @@ def _ci(ci: tuple[float, float]) -> str:
 
 
 def _relative_width(m: Measurement) -> float:
-    """``m.relative_ci``, 0 without an interval (its median stands for it)."""
+    """``m.relative_ci``; without an interval (too few runs) infinite: a single run is no
+    precise figure."""
     r = m.relative_ci
-    return r if math.isfinite(r) else 0.0
+    return r if math.isfinite(r) else math.inf
+
+
+def _stands(m: Measurement) -> bool:
+    """A median to quote on its own: an interval within ``JUDGE_MAX_RELATIVE_CI``, unloaded."""
+    return _relative_width(m) <= JUDGE_MAX_RELATIVE_CI and not m.loaded
 
 
 def _bounds(m: Measurement) -> tuple[float, float]:
@@ -327,7 +351,9 @@ def judge_agreement(
     c_lo, c_hi = _bounds(clean)
     p_lo, p_hi = _bounds(passes)
     ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
-    apart = p_lo > c_hi or p_hi < c_lo
+    # (a side without an interval, too few runs, is apart from nothing: no disagreement)
+    known = math.isfinite(_relative_width(clean)) and math.isfinite(_relative_width(passes))
+    apart = known and (p_lo > c_hi or p_hi < c_lo)
     precise = max(_relative_width(clean), _relative_width(passes)) <= JUDGE_MAX_RELATIVE_CI
     # overlapping intervals that both tell something show no disagreement
     far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
@@ -343,6 +369,8 @@ def judge_agreement(
     else:
         verdict = "identical" if identical is not None else "agree"
     quote = "clean" if not ratio < 1.0 else "per-layer"
+    if verdict == "imprecise":  # a tight, unloaded clean median still stands; else none does
+        quote = "clean" if _stands(clean) else "none"
     show_cpu = clean.cpu_holds and clean.loaded
     return TimingAgreement(
         clean_ms=clean.median_ms,
@@ -352,7 +380,7 @@ def judge_agreement(
         leaf_sum_ms=float(leaf_sum_ms),
         ratio=float(ratio),
         agree=verdict == "agree",
-        quote_ms=clean.median_ms if quote == "clean" else passes.median_ms,
+        quote_ms={"clean": clean.median_ms, "per-layer": passes.median_ms}.get(quote, math.nan),
         quote=quote,
         cpu_ms=clean.cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
