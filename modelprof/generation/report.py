@@ -4,6 +4,7 @@ and MoE routing of one ``profile_generation`` run. The DataFrames stay numeric."
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from fractions import Fraction
@@ -116,11 +117,31 @@ class GenerationReport(Exports):
 
     @property
     def timing_notes(self) -> list[str]:
-        """A sentence for each of ``disagreements`` (the ``*_rough`` columns)."""
-        return [d.note() for d in self.disagreements]
+        """A sentence for each of ``disagreements`` and each point the machine's load or too
+        few runs left no figure to quote (the ``*_rough`` columns; measuring warned of each)."""
+        return [d.note() for d in self.disagreements] + [n for _, _, n in self._unquotable]
+
+    @functools.cached_property
+    def _unquotable(self) -> list[tuple[str, str, str]]:
+        """(series, point, note) of each timed figure read on a loaded machine or from too few
+        runs: TTFT, TPOT and the end to end of a batch size, and a phase's plain runs."""
+        found = []
+        for b, t in self.timings.items():
+            for kind, series in _FIGURES.items():
+                m = getattr(t, kind)
+                if m is not None and (m.loaded or m.undersampled):
+                    found.append((series, f"batch {b}", _unquotable_note(kind, b, m)))
+        for p in (p for ps in self.phase_tables.values() for p in ps):
+            m = p.report.latency
+            if m is not None and (m.loaded or m.undersampled):
+                point = _phase_point(p)
+                found.append((_PHASES, point, _unquotable_note(point, p.batch_size, m)))
+        return found
 
     def _rough(self, series: str, point: str) -> bool:
-        return any(d.series == series and d.point == point for d in self.disagreements)
+        return any(d.series == series and d.point == point for d in self.disagreements) or any(
+            s == series and at == point for s, at, _ in self._unquotable
+        )
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -423,6 +444,11 @@ class GenerationReport(Exports):
                 f"; ~ rough: {len(self.disagreements)} timed point(s) take longer than a point "
                 "doing more work, beyond both intervals (the machine's load moved them)"
             )
+        if rough and self._unquotable:
+            heading += (
+                f"; ~ rough: {len(self._unquotable)} timed figure(s) read on a loaded machine "
+                "or from too few runs (the notes say which)"
+            )
         return heading
 
     def to_markdown(
@@ -581,6 +607,22 @@ _PHASES = "the phases' time (per-layer passes' plain runs)"
 
 def _phase_point(p: Phase) -> str:
     return f"{p.label} at batch {p.batch_size}"
+
+
+def _unquotable_note(what: str, batch: int, m: Any) -> str:
+    """Why a timed figure of generation is rough: the machine's load, or too few runs."""
+    name = what.upper().replace("END_TO_END", "the end-to-end generation")
+    name = name if what in _FIGURES else what
+    where = f" at batch {batch}" if what in _FIGURES else ""
+    why = (
+        f"read on a loaded machine ({m.load_reason})"
+        if m.loaded
+        else f"rests on too few runs ({m.short_reason})"
+    )
+    return (
+        f"{name}{where}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); "
+        "time again on a quieter machine, with --threads 1 / torch.set_num_threads(1)"
+    )
 
 
 def _neighbours(
