@@ -214,6 +214,11 @@ def test_signature_sees_dtype_layout_and_flags():
         (dict(precision=1.5), "precision=1.5"),
         (dict(precision="1%"), "precision='1%'"),
         (dict(budget_s=-2), "budget_s=-2"),
+        # a string of seconds read as a range error ("must be ... > 0"): it says the type
+        (
+            dict(budget_s="1"),
+            r"budget_s='1' must be a number of seconds > 0 \(an int or a float, not str\)",
+        ),
         (dict(min_samples=0), "min_samples=0"),
         (dict(min_samples=50, max_samples=10), "max_samples=10"),
     ],
