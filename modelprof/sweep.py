@@ -22,6 +22,7 @@ from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
 from modelprof.render.jsonio import to_json
+from modelprof.runtime.inputs import token_inputs
 from modelprof.timing.interleave import interval_columns
 from modelprof.timing.options import OPTION_NAMES
 
@@ -86,10 +87,12 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     """The totals (and latency) of ``profile()`` on one configuration, on ``device``."""
     model, _, size = _build(config.model, on_meta=device == "meta")
     size = config.input_size if config.input_size is not None else size
+    fed: dict[str, Any] = {"input_size": size, "batch_size": config.batch_size}
+    if config.tokens is not None:  # a language model: token ids of that length
+        fed = {"inputs": token_inputs(model, config.tokens, config.batch_size, device=device)}
     report = profile(
         model,
-        size,
-        batch_size=config.batch_size,
+        **fed,
         device=device,
         dtype=config.dtype,
         timing=config.timing,

@@ -60,6 +60,36 @@ def test_rows_equal_profile_totals(nets: Path) -> None:
         assert {c: getattr(row, c) for c in totals} == totals
 
 
+def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
+    # a model fed token ids could not be swept: every row fed it 3x224x224 floats, and the
+    # error pointed to a --tokens flag the sweep does not have
+    lm = tmp_path / "lm.py"
+    lm.write_text(
+        textwrap.dedent("""
+        from torch import nn
+
+        class TinyLM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb, self.head = nn.Embedding(100, 16), nn.Linear(16, 100)
+
+            def forward(self, input_ids):
+                return self.head(self.emb(input_ids))
+
+        def build():
+            return TinyLM()
+        """)
+    )
+    df = sweep({"models": [f"{lm}:build"], "batch_sizes": [1, 4], "tokens": 8})
+    assert (df["status"] == "ok").all() and df["input_shape"].tolist() == ["1x8", "4x8"]
+    # the head, Linear(16, 100), on 8 tokens a sequence: 8 * 16 * 100 = 12,800 MACs a sequence
+    assert df["macs"].tolist() == [12_800, 4 * 12_800]
+    with pytest.raises(ModelProfError, match="give input_size .* or tokens .*not both"):
+        sweep({"models": [f"{lm}:build"], "tokens": 8, "input_size": [8]})
+    with pytest.raises(ModelProfError, match="tokens"):
+        sweep({"models": [f"{lm}:build"], "tokens": 0})
+
+
 def test_failure_is_a_row_and_the_others_go_on(nets: Path) -> None:
     df = sweep(_grid(nets, "broken", "narrow"))
     failed = df[df["status"] == "error"]

@@ -184,8 +184,8 @@ def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs) -> str:
     if not ids:
         return (
             " (an Embedding takes integer token ids, and every input here is floating point: "
-            "for a language model pass inputs=modelprof.token_inputs(model, seq_len), or "
-            "--tokens N on the command line)"
+            "for a language model pass inputs=modelprof.token_inputs(model, seq_len), "
+            "--tokens N on the command line, or tokens = N in a sweep's grid)"
         )
     dense = [t for t in ids if t.numel() and t.layout == torch.strided]
     if isinstance(e, IndexError) and dense and inputs.device.type != "meta":

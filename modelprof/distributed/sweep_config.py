@@ -30,7 +30,7 @@ MODES: dict[str, dict[str, Any]] = {"forward": {}, "backward": {"backward": True
 STEP_OPTIONS = frozenset({"loss_fn", "target", "optimizer"})
 
 _LIST_KEYS = {"models": "model", "batch_sizes": "batch_size", "dtypes": "dtype", "modes": "mode"}
-_SCALAR_KEYS = ("timing", "device", "input_size", "options")
+_SCALAR_KEYS = ("timing", "device", "input_size", "tokens", "options")
 _KNOWN = (*_LIST_KEYS, *_LIST_KEYS.values(), *_SCALAR_KEYS)
 _DEFAULTS = {"batch_size": [1], "dtype": ["float32"], "mode": ["forward"]}
 
@@ -48,12 +48,17 @@ class SweepConfig:
     device: str = "cpu"
     input_size: tuple[Any, ...] | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    #: a language model's sequence length: ``token_inputs`` of ``tokens`` ids a sequence
+    tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values (tuples as lists, options as a dict)."""
+        """Plain JSON-able values (tuples as lists, options as a dict; no ``tokens`` where none
+        were given, so a result file written before there were any still matches)."""
         d = dataclasses.asdict(self)
         d["input_size"] = _listify(self.input_size)
         d["options"] = dict(self.options)
+        if self.tokens is None:
+            del d["tokens"]
         return d
 
     @property
@@ -78,6 +83,7 @@ class SweepConfig:
             **{f: data[f] for f in ("model", "batch_size", "dtype", "mode", "timing", "device")},
             input_size=_tupleify(data.get("input_size")),
             options=tuple(sorted((k, _tupleify(v)) for k, v in options.items())),
+            tokens=data.get("tokens"),
         )
 
 
@@ -163,6 +169,14 @@ def _expand(
         raise ModelProfError(f"{where}: timing={timing!r} must be true or false")
     device = _device(grid.get("device", "cpu"), timing, where)
     size = _input_size(grid.get("input_size"), where)
+    tokens = grid.get("tokens")
+    if tokens is not None:
+        check_int(f"{where}: tokens", tokens, 1)
+        if size is not None:
+            raise ModelProfError(
+                f"{where}: give input_size (a model's input shape) or tokens (a language "
+                "model's sequence length), not both"
+            )
     options = _options(grid.get("options", {}), where, known)
     step = [k for k, _ in options if k in STEP_OPTIONS]
     if step and not any(MODES[m].get("backward") for m in axes["mode"]):
@@ -173,7 +187,15 @@ def _expand(
     forward = tuple((k, v) for k, v in options if k not in STEP_OPTIONS)
     return [
         SweepConfig(
-            m, b, d, mode, timing, device, size, options if MODES[mode].get("backward") else forward
+            m,
+            b,
+            d,
+            mode,
+            timing,
+            device,
+            size,
+            options if MODES[mode].get("backward") else forward,
+            tokens=tokens,
         )
         for m, b, d, mode in itertools.product(
             axes["model"], axes["batch_size"], axes["dtype"], axes["mode"]
@@ -278,7 +300,9 @@ def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
 
 
 #: profile() keywords a sweep sets itself, so a grid's ``options`` may not.
-_RESERVED = "model input_size inputs batch_size device dtype timing backward progress".split()
+_RESERVED = (
+    "model input_size inputs tokens batch_size device dtype timing backward progress".split()
+)
 
 
 def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
@@ -295,7 +319,8 @@ def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tup
         if name in _RESERVED:
             raise ModelProfError(
                 f"{where}: options.{name} is set by the sweep itself; use the "
-                "grid keys (models, batch_sizes, dtypes, modes, timing, device)"
+                "grid keys (models, batch_sizes, dtypes, modes, timing, device, input_size, "
+                "tokens)"
             )
         if not _plain(v):
             raise ModelProfError(
