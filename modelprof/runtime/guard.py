@@ -8,7 +8,8 @@ storage and geometry (``p.data = other`` bumps no version) and, for values writt
 (``BUFFER_COPY_LIMIT_BYTES``: forwards keep state there, and ``native_batch_norm`` writes them
 without its schema saying so), anything else on its first write in the counted forward
 (:meth:`StateGuard.write_hook`). A tensor only a later pass writes cannot be restored and is
-named in a ``ModelProfWarning``. The tensors are kept by a
+named in a ``ModelProfWarning``, unless that pass puts it back itself (:func:`restored_within`:
+the optimizer steps of a model timed in place). The tensors are kept by a
 :class:`~modelprof.runtime.snapshot.Snapshot`. Nested guards on one model in one thread share
 the outermost, which restores once at its end, also on an exception.
 
@@ -42,6 +43,7 @@ __all__ = [
     "MODULE_REGISTRIES",
     "StateGuard",
     "preserved_state",
+    "restored_within",
     "set_training",
     "watching_writes",
 ]
@@ -313,6 +315,20 @@ class StateGuard:
                 ModelProfWarning,
             )
 
+    @contextlib.contextmanager
+    def put_back_within(self, tensors: list[torch.Tensor]) -> Iterator[None]:
+        """A block that writes ``tensors`` in place and puts their values back itself before it
+        ends (the optimizer steps of a model timed in place, see :func:`restored_within`).
+        Those the guard keeps no copy of and whose version counters had not moved from its
+        entry to the block's hold their entry values after the block: their versions then are
+        taken as the entry's. A write before the block, or to another tensor, is still named."""
+        ids = set(map(id, tensors))
+        clean = self._kept.unwritten([i for i, t in enumerate(self.tensors) if id(t) in ids])
+        try:
+            yield
+        finally:  # (the block puts them back on an error too)
+            self._kept.put_back_elsewhere(clean)
+
     def begin(self, phase: str) -> None:
         """Say that ``phase`` runs from now on, to name the phase of an unrestorable write."""
         self._phases.append((phase, versions(self.tensors)))
@@ -362,6 +378,19 @@ def preserved_state(
         finally:
             del guards[id(model)]
             guard.restore()
+
+
+@contextlib.contextmanager
+def restored_within(tensors: list[torch.Tensor]) -> Iterator[None]:
+    """A block that writes ``tensors`` (a model's own) in place and puts their values back
+    itself before it ends: the training steps of a model that cannot be copied (DDP, FSDP2,
+    DTensor), whose optimizer steps the step timer undoes by its own copy. Every state guard
+    active in this thread is told (:meth:`StateGuard.put_back_within`), so that the version
+    counters the restore moved are not taken for writes it has no copy to undo."""
+    with contextlib.ExitStack() as stack:
+        for guard in list(_active.__dict__.get("guards", {}).values()):
+            stack.enter_context(guard.put_back_within(tensors))
+        yield
 
 
 _MODULE_TRAIN = nn.Module.train

@@ -346,6 +346,17 @@ class Snapshot:
         self._versions[i] = version_of(t)
         return swapped or written
 
+    def unwritten(self, indices: list[int]) -> list[int]:
+        """Those of tensors ``indices`` whose version counter has not moved since recorded."""
+        now = versions([self._tensors[i] for i in indices])
+        return [i for i, v in zip(indices, now) if v == self._versions[i]]
+
+    def put_back_elsewhere(self, indices: list[int]) -> None:
+        """Tensors ``indices`` hold their recorded values again, put back by another restorer
+        (whose copy bumped their version counters): their versions now are the recorded ones."""
+        for i, v in zip(indices, versions([self._tensors[i] for i in indices])):
+            self._versions[i] = v
+
     def reset(self) -> None:
         """The quick :meth:`restore` between passes (``values=False``)."""
         self.restore(values=False)

@@ -23,7 +23,7 @@ import functools
 import html
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.group import communicates, is_ddp
+from modelprof.runtime.guard import restored_within
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
@@ -487,19 +488,24 @@ class StepTimer(Runner):
         )
 
     def contexts(self) -> list[Any]:
-        return [step_guard(self.dev), running(self.runner, self.mode)]
+        put_back = [self._put_back(self._saved)] if self._saved is not None else []
+        return [*put_back, step_guard(self.dev), running(self.runner, self.mode)]
+
+    @contextlib.contextmanager
+    def _put_back(self, saved: Snapshot) -> Iterator[None]:
+        """The model's own parameters, which its optimizer steps write, put back at the end
+        (outermost), and the state guards around (profile()'s) told so: their version counters
+        moved, which a guard would otherwise take for writes it kept no copy to undo."""
+        with restored_within(list(self.base.parameters())):
+            try:
+                yield
+            finally:
+                saved.restore()
 
     def setup(self) -> None:
         step = self.step
         step.optimizer = self.spec.make_optimizer(step.params, self.copy_of)
         step.snapshot = Snapshot(step.params) if step.optimizer is not None else None
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            super().__exit__(*exc)
-        finally:
-            if self._saved is not None:
-                self._saved.restore()
 
     def failure(self, e: Exception) -> BaseException:
         error = ModelProfError(
