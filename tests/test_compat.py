@@ -592,6 +592,22 @@ def test_the_process_group_names_under_a_fake_group() -> None:
         dist.destroy_process_group()
 
 
+def test_a_functional_collective_is_finished_once_under_a_fake_group() -> None:
+    import torch.distributed as dist
+    from torch.distributed import _functional_collectives as funcol
+
+    dist.init_process_group("fake", store=compat.fake_store(), rank=0, world_size=2)
+    try:
+        pending = funcol.all_reduce(torch.ones(2), "sum", dist.group.WORLD)
+        assert isinstance(pending, funcol.AsyncCollectiveTensor) and not pending.completed
+        compat.finish_collective(pending)
+        assert pending.completed  # a later use waits no more
+        plain = torch.ones(2)
+        compat.finish_collective(plain)  # any other tensor: as it is
+    finally:
+        dist.destroy_process_group()
+
+
 # -- nothing outside compat.py reaches for a private torch name ---------------------------------
 PRIVATE = (
     "torch._C._",
@@ -607,6 +623,7 @@ PRIVATE = (
     "torch.cuda._sleep",
     "_global_forward_hooks_with_kwargs",
     "_c10d_functional.wait_tensor",
+    "_functional_collectives",
     "_python_dispatch",
     "torch._ops",
     "torch._subclasses",

@@ -22,7 +22,7 @@ from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.execution import RunMode, completed, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint
@@ -138,6 +138,7 @@ def analyze(
                     output = torch.func.functional_call(
                         model, state, inputs.args, inputs.kwargs, strict=False, tie_weights=True
                     )
+            completed(output)  # the collectives it started waited for, outside the counter
         except ModelProfError:
             raise
         except Exception as e:

@@ -39,6 +39,7 @@ __all__ = [
     "cpu_sdpa_fuses_3d",
     "cuda_sleep",
     "fast_range",
+    "finish_collective",
     "forget_global_hook",
     "GLOBAL_HOOKS_SEE_KWARGS",
     "profiler_events",
@@ -298,6 +299,26 @@ def profiler_events(prof: Any) -> list:
 def wait_functional_collective(t: torch.Tensor) -> torch.Tensor:
     """Wait for a functional collective's output (any other tensor as it is); torch 2.4-2.14."""
     return torch.ops._c10d_functional.wait_tensor(t)
+
+
+@functools.cache
+def _async_collective_tensor() -> type | None:
+    try:
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    except ImportError:  # a build without torch.distributed
+        return None
+    return AsyncCollectiveTensor
+
+
+def finish_collective(t: torch.Tensor) -> None:
+    """Wait for the collective that ``t`` still waits for: a functional collective's output (an
+    ``AsyncCollectiveTensor``, also as a DTensor's local tensor: a tensor-parallel layer's
+    all-reduce returns one before its data has moved), marked done so that no later use waits
+    again; any other tensor as it is. torch 2.4-2.14 (``trigger_wait``)."""
+    act = _async_collective_tensor()
+    t = local_tensor(t)
+    if act is not None and isinstance(t, act):
+        t.trigger_wait()
 
 
 def current_autograd_node() -> Any:

@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from modelprof.errors import ModelProfError, check_flag, warn_user
 from modelprof.runtime import compat
 from modelprof.runtime.guard import set_training
 from modelprof.runtime.inputs import parse_dtype
-from modelprof.runtime.tensors import map_tensors
+from modelprof.runtime.tensors import iter_tensors, map_tensors
 
 __all__ = [
     "RunMode",
     "amp_context",
+    "completed",
+    "completing",
     "dispatch_modes_restored",
     "grad_context",
     "grad_switches",
@@ -173,3 +176,22 @@ def running(
         if isinstance(model, nn.Module):
             set_training(model, mode.training, modules)
         yield
+
+
+def completed(out: Any) -> Any:
+    """``out``, every collective its tensors still wait for finished: a tensor-parallel layer's
+    all-reduce (a functional collective) returns before its data has moved, so a call whose
+    output is dropped would end, and be timed, before the work it started, and leave it
+    unwaited (torch names each at exit)."""
+    for t in iter_tensors(out):
+        compat.finish_collective(t)
+    return out
+
+
+def completing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` returning its output :func:`completed`, where a process group is up (a
+    functional collective needs one); elsewhere ``fn`` itself, which a timed call then runs
+    without a step more."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return fn
+    return lambda *args, **kwargs: completed(fn(*args, **kwargs))

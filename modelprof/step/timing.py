@@ -33,7 +33,13 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
-from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
+from modelprof.runtime.execution import (
+    RunMode,
+    amp_context,
+    completing,
+    running,
+    to_channels_last,
+)
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import restored_within
 from modelprof.runtime.hooks import module_names
@@ -162,9 +168,13 @@ class _Step:
     out: Any = None
     loss_value: torch.Tensor | None = None
 
+    def __post_init__(self) -> None:
+        # the forward phase ends when the collectives it started have (not in the loss's)
+        self.call = completing(self.model)
+
     def forward(self) -> None:
         with amp_context(self.device, self.amp):
-            self.out = self.model(*self.args, **self.kwargs)
+            self.out = self.call(*self.args, **self.kwargs)
 
     def loss(self) -> None:
         with amp_context(self.device, self.amp):

@@ -14,7 +14,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError, error_line
 from modelprof.runtime.device import is_oom
-from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.execution import RunMode, completing, running
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.timing.interleave import LatencyComparison, measure_latencies
 from modelprof.timing.modes import graph_replay as _graphed  # the cuda_graph variant
@@ -27,7 +27,7 @@ HELPS_BUDGET_S = 2.0
 
 
 def _compiled(model: nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:
-    fn = torch.compile(model, mode="reduce-overhead")
+    fn = completing(torch.compile(model, mode="reduce-overhead"))
     for _ in range(3):  # compiles, records its graphs
         fn(*args, **kwargs)
     torch.cuda.synchronize()
@@ -53,10 +53,11 @@ def what_helps(
         )
     args, kwargs = mi.args, mi.kwargs
     left_out: list[str] = []
+    call = completing(model)  # each call ends when the collectives it started have
     with running(model, mode):
 
         def eager() -> Any:
-            return model(*args, **kwargs)
+            return call(*args, **kwargs)
 
         candidates: dict[str, Callable[[], Any]] = {"eager": eager}
         for name, build in (

@@ -35,7 +35,7 @@ from modelprof.counting.tree import by_parents
 from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import is_oom
-from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.execution import RunMode, completing, running
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.attribution import (
@@ -395,9 +395,10 @@ def time_kernels(
     model, args, kwargs, names = layer_call(model, model_inputs, opts, modules)
     mode = RunMode(training=training, no_grad=no_grad and not backward, amp=opts.amp, device=dev)
     reset = model_inputs.reset or (lambda: None)
+    call = completing(model)  # a pass ends when the collectives it started have
 
     def forward() -> Any:
-        return model(*args, **kwargs)
+        return call(*args, **kwargs)
 
     passes = opts.stop.repeat or opts.stop.min_samples
     run = _KernelRun(model, forward, reset, names, opts, mode)

@@ -20,7 +20,13 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
-from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
+from modelprof.runtime.execution import (
+    RunMode,
+    completing,
+    legacy_eval_mode,
+    running,
+    to_channels_last,
+)
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import (
@@ -241,6 +247,7 @@ class TimedCall(Runner):
         dev, opts, fn = self.dev, self.opts, self.target
         if opts.compile is not None:
             fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
+        fn = completing(fn)  # a call ends when the collectives it started have
         args, kwargs = self.mi.args, self.mi.kwargs
         self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
         reset = self.mi.reset  # puts back inputs a pass writes (None: none does)

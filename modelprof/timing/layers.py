@@ -27,7 +27,13 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
-from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
+from modelprof.runtime.execution import (
+    RunMode,
+    completing,
+    legacy_eval_mode,
+    running,
+    to_channels_last,
+)
 from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
@@ -528,6 +534,7 @@ class _LayerRun(Runner):
     ) -> None:
         super().__init__(opts, mode.device, model_label(model), batch_size)
         self.model, (self.args, self.kwargs) = model, call
+        self.call = completing(model)  # a pass ends when the collectives it started have
         self.names, self.mode = names, mode
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
@@ -538,7 +545,7 @@ class _LayerRun(Runner):
         self.reset: Callable[[], Any] | None = None
 
     def forward(self) -> Any:
-        return self.model(*self.args, **self.kwargs)
+        return self.call(*self.args, **self.kwargs)
 
     def fresh_forward(self) -> Any:
         """An untimed pass, on the inputs every pass sees."""
