@@ -14,6 +14,7 @@ from modelprof.errors import ModelProfError
 from modelprof.timing import Throughput, ThroughputPoint, measure_throughput
 from modelprof.timing.calibration import spin
 from modelprof.timing.layers import is_oom
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.throughput import search_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
@@ -128,11 +129,16 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
         "latency_ms",
         "latency_ci_low_ms",
         "latency_ci_high_ms",
+        "latency_n",  # how many batches a point rests on (a newcomer saw no n anywhere)
         "samples_per_s",
         "peak_memory_bytes",
-        "latency_rough",  # the point disagrees with a bigger batch (tests/test_agreement_*)
+        "loaded",
+        # the point disagrees with a bigger batch (tests/test_agreement_*), or read loaded
+        "latency_rough",
     ]
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
+    assert df["latency_n"].tolist() == [p.measurement.n for p in tp.points]
+    assert (df["latency_rough"] >= df["loaded"]).all()  # a loaded point is rough
     assert tp.memory_before_bytes is None and tp.memory_restored is None  # CPU
     d = json.loads(json.dumps(tp.to_dict(), allow_nan=False))  # strict JSON: no NaN
     assert d["best_batch_size"] == tp.best_batch_size == d["env"]["batch_size"]
@@ -296,3 +302,28 @@ def test_a_meta_device_has_no_throughput():
     # nor a model that lies on meta, with no device= given
     with pytest.raises(ModelProfError, match=r"^device='meta' has no clock"):
         measure_throughput(nn.Linear(4, 4, device="meta"), (4,), max_batch=2)
+
+
+def test_a_flattening_that_loaded_points_show_is_not_concluded():
+    # a newcomer's batch 16 and 32 took 4.2 s and 5.9 s beside other work, batch 8 356 ms:
+    # "the curve has flattened, a larger max_batch is unlikely to help", no point marked
+    def point(batch: int, ms: float, cpu: float) -> ThroughputPoint:
+        m = Measurement(
+            np.linspace(0.98, 1.02, 10) * ms,
+            cpu_ms=np.full(10, cpu),
+            competing_cores=0.0 if cpu == ms else 1.0,
+            blocks=np.repeat(np.arange(5), 2),
+        )
+        return ThroughputPoint(batch, m.median_ms, batch / (ms / 1e3), measurement=m)
+
+    # batch 8 quiet (wall = CPU work); 16 and 32 read twice their CPU work, another core's
+    # worth of work beside them
+    points = [point(8, 40.0, 40.0), point(16, 160.0, 80.0), point(32, 320.0, 160.0)]
+    env = {"gain": 0.05, "patience": 2}
+    loaded = Throughput(points, "no_improvement", env=env)
+    text = loaded.stop_explanation
+    assert "batch 16, 32 read on a loaded machine" in text and "has flattened" not in text
+    assert loaded.to_dataframe()["latency_rough"].tolist() == [False, True, True]
+    assert loaded.to_dataframe()["latency_n"].tolist() == [10, 10, 10]
+    quiet = Throughput([points[0], point(16, 80.0, 80.0)], "no_improvement", env=env)
+    assert "the curve has flattened" in quiet.stop_explanation

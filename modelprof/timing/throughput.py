@@ -74,7 +74,8 @@ THROUGHPUT_GAIN = 0.05
 _MEASURED_KEYS = ("backward", "training", "loss", "optimizer")
 PATIENCE = 2
 _COLUMNS = (
-    "batch_size latency_ms latency_ci_low_ms latency_ci_high_ms samples_per_s peak_memory_bytes"
+    "batch_size latency_ms latency_ci_low_ms latency_ci_high_ms latency_n samples_per_s "
+    "peak_memory_bytes loaded"
 ).split()
 _ROUGH = "latency_rough"
 #: what ``Throughput.to_dict`` gives before its points, notes and env, in order
@@ -107,6 +108,16 @@ class ThroughputPoint:
     def _ci(self) -> tuple[float, float]:
         m = self.measurement
         return m.median_ci_ms if m is not None and m.has_interval else (math.nan, math.nan)
+
+    @property
+    def latency_n(self) -> int | None:
+        """The samples (batches timed) the point rests on."""
+        return self.measurement.n if self.measurement is not None else None
+
+    @property
+    def loaded(self) -> bool:
+        """Other work on the machine stretched the point (``Measurement.loaded``): rough."""
+        return bool(self.measurement is not None and self.measurement.loaded)
 
     def to_dict(self) -> dict[str, Any]:
         """The point's columns, JSON-ready (an interval it has not: None)."""
@@ -193,10 +204,19 @@ class Throughput:
             patience = self.env.get("patience")
             rule = f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else ""
             times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
+            anchor = _anchor(self.points, gain or 0.0).batch_size
+            busy = [p.batch_size for p in self.points if p.batch_size > anchor and p.loaded]
+            if busy:  # the load, not the batch, may have held them back
+                return (
+                    f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
+                    f"batch {anchor}'s, but batch {', '.join(map(str, busy))} read on a "
+                    "loaded machine: the curve may not have flattened; time again on a "
+                    "quieter machine"
+                )
             return (
                 f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
-                f"batch {_anchor(self.points, gain or 0.0).batch_size}'s: the curve has "
-                "flattened, a larger max_batch is unlikely to help"
+                f"batch {anchor}'s: the curve has flattened, a larger max_batch is unlikely "
+                "to help"
             )
         if self.stop_reason == "oom":
             return (
@@ -238,7 +258,7 @@ class Throughput:
         values = [[getattr(p, k) for k in _COLUMNS] for p in self.points]
         df = pd.DataFrame(values, columns=list(_COLUMNS))  # NaN, not the JSON's None
         rough = {d.point for d in self.disagreements}
-        df[_ROUGH] = [f"batch {p.batch_size}" in rough for p in self.points]
+        df[_ROUGH] = [f"batch {p.batch_size}" in rough or p.loaded for p in self.points]
         return df
 
     def to_dict(self) -> dict[str, Any]:
