@@ -617,6 +617,7 @@ PRIVATE = (
     "._get_ddp_logging_data",
     "._local_tensor",
     "._cdata",
+    "._base",
     "._sequence_nr(",
     "_get_sequence_nr",
     "_execution_engine",
@@ -680,6 +681,16 @@ def test_storage_identity_is_one_per_storage_on_every_device() -> None:
     )
     a, b = torch.empty(3, device="meta"), torch.empty(3, device="meta")
     assert compat.storage_identity(a)[0] != compat.storage_identity(b)[0]
+
+
+def test_view_base_is_the_tensor_a_view_was_taken_of() -> None:
+    # a linear layer's backward keeps weight.t(): a view whose base is the parameter itself;
+    # a tensor that is no view has none
+    weight = nn.Parameter(torch.ones(3, 2))
+    assert compat.view_base(weight.t()) is weight
+    assert compat.view_base(weight.t()[0]) is weight  # a view of a view: the first base
+    assert compat.view_base(weight) is None
+    assert compat.view_base(weight * 2) is None
 
 
 def test_forget_dynamo_skips_runs_on_any_torch() -> None:

@@ -19,7 +19,7 @@ from modelprof.runtime import compat
 from modelprof.runtime.group import fsdp_modules
 from modelprof.runtime.tensors import is_dtensor_type
 
-__all__ = ["ParamView", "ShardView", "current_view", "shard_view"]
+__all__ = ["ParamView", "ShardView", "current_view", "held", "shard_view"]
 
 
 class ShardView(str, enum.Enum):
@@ -53,6 +53,12 @@ def shard_view(view: ShardView) -> Iterator[None]:
         yield
     finally:
         _VIEW.reset(token)
+
+
+def held(t: torch.Tensor) -> torch.Tensor:
+    """What the current view counts of ``t``: per rank a DTensor's local shard (what this rank
+    holds), globally the whole tensor; any other tensor is itself."""
+    return compat.local_tensor(t) if _VIEW.get() is ShardView.RANK else t
 
 
 def _local_numel(p: torch.Tensor) -> int:

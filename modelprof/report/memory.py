@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
+from modelprof.counting.sharding import held
 from modelprof.errors import check_int
 from modelprof.runtime.tensors import tensor_bytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, scalar_state_bytes
@@ -47,18 +48,21 @@ def memory_facts(
     model: nn.Module, input_bytes: int, records: Sequence[Any], dtype: torch.dtype | None
 ) -> MemoryFacts:
     """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own);
-    the parameters include the packed weights of quantized layers, at their stored size."""
+    the parameters include the packed weights of quantized layers, at their stored size. Of a
+    sharded model, the tensors as the view counts them: this rank's shards, or the whole."""
     params = list(model.parameters())
+    trainable = [held(p) for p in params if p.requires_grad]
+    params = [held(p) for p in params]
     leaves = [r for r in records if not r.children]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
     return MemoryFacts(
         param_bytes=tensor_bytes(params, dtype) + packed,
-        trainable_param_bytes=tensor_bytes([p for p in params if p.requires_grad], dtype),
-        buffer_bytes=tensor_bytes(list(model.buffers()), dtype),
+        trainable_param_bytes=tensor_bytes(trainable, dtype),
+        buffer_bytes=tensor_bytes([held(b) for b in model.buffers()], dtype),
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),
-        trainable_shapes=tuple(tuple(p.shape) for p in params if p.requires_grad),
+        trainable_shapes=tuple(tuple(p.shape) for p in trainable),
     )
 
 

@@ -94,6 +94,7 @@ __all__ = [
     "TorchDispatchMode",
     "transformers_version",
     "version_tuple",
+    "view_base",
     "wait_functional_collective",
 ]
 
@@ -480,6 +481,12 @@ def storage_identity(t: torch.Tensor) -> tuple[int, int]:
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """A DTensor's local shard, without the autograd of ``to_local()``; any other tensor."""
     return getattr(t, "_local_tensor", t)
+
+
+def view_base(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor ``t`` is a view of (a linear layer's ``weight.t()``: the weight), None for
+    one that is no view. Checked on torch 2.14 (``Tensor._base``, older than 2.4)."""
+    return t._base
 
 
 def fsdp_param_group(module: torch.nn.Module) -> Any:

@@ -35,7 +35,7 @@ from modelprof.counting.forward import (
     refuse_lazy,
 )
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.counting.sharding import ParamView
+from modelprof.counting.sharding import ParamView, held
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
@@ -166,7 +166,9 @@ class BackwardScope:
 
 class SavedBytes:
     """Bytes of the tensors autograd saves for the backward, charged to ``call()`` at the time;
-    each storage once; the storages in ``skip`` (parameters, buffers) not at all."""
+    each storage once (a DTensor's as the view counts it: its local shard's per rank); not at
+    all the storages in ``skip`` (parameters, buffers) nor a parameter or a view of one (FSDP2's
+    unsharded parameter, gathered for the forward, is none of the model's parameters)."""
 
     def __init__(self, skip: set[int], call: Callable[[], int]) -> None:
         self.skip = skip
@@ -175,14 +177,19 @@ class SavedBytes:
         self._seen: set[int] = set()
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        key, nbytes = compat.storage_identity(t)
-        if key not in self._seen and key not in self.skip:
+        key, nbytes = compat.storage_identity(held(t))
+        if key not in self._seen and key not in self.skip and not _is_parameter(t):
             self._seen.add(key)
             self.by_call[self.call()] += nbytes
         return t
 
     def hooks(self) -> contextlib.AbstractContextManager:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+
+def _is_parameter(t: torch.Tensor) -> bool:
+    """``t`` is a parameter or a view of one (a linear layer saves ``weight.t()``)."""
+    return isinstance(t, nn.Parameter) or isinstance(compat.view_base(t), nn.Parameter)
 
 
 def step_state(
@@ -480,9 +487,9 @@ def _count_optimizer(
             stepping.step()
             with counter:
                 stepping.step()
-    elements = sum(c.numel() for c in clones.values() if c.grad is not None)
+    elements = sum(held(c).numel() for c in clones.values() if c.grad is not None)
     state = sum(
-        t.numel() * t.element_size()
+        held(t).numel() * t.element_size()
         for per_param in stepping.state.values()
         for t in per_param.values()
         if isinstance(t, torch.Tensor)

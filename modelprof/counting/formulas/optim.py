@@ -2,7 +2,9 @@
 
 Counted in steady state (the first step only initialises the state), as ``torch.optim``'s
 single-tensor implementation computes it (foreach and fused kernels do the same arithmetic);
-per-tensor scalar bookkeeping is not counted; a parameter without a gradient is skipped.
+per-tensor scalar bookkeeping is not counted; a parameter without a gradient is skipped. A
+sharded parameter counts as the view does (``counting/sharding.py``): this rank's shard, which
+its optimizer steps, or the whole.
 
     SGD     update      p += -lr * g                                  2
             weight decay g += wd * p                                  +2
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 
+from modelprof.counting.sharding import held
 from modelprof.errors import ModelProfError
 
 __all__ = [
@@ -132,7 +135,7 @@ def optimizer_cost(
         for p in {id(p): p for p in group["params"]}.values():  # each tensor once
             if not has_grad(p):
                 continue
-            n, size = p.numel(), p.element_size()
+            n, size = held(p).numel(), p.element_size()  # a shard: this rank's part
             elements += n
             flops += per * n
             read += (2 + states) * n * size
