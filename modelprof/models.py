@@ -168,9 +168,11 @@ def _refuse_other_path(spec: str) -> None:
     """Refuse a spec naming a file or directory modelprof cannot load as one."""
     path = Path(spec)
     if _probe(path, "is_dir"):
+        config = path / "config.json"
         raise ModelProfError(
             f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
             "or .pt2 file in it, or file.py:factory"
+            + (f", or its transformers config: {config}" if _probe(config, "is_file") else "")
         )
     if path.suffix.lower() == ".onnx":
         raise ModelProfError(

@@ -288,5 +288,10 @@ def test_a_directory_named_like_a_torchvision_model_does_not_shadow_it(tmp_path,
     (tmp_path / "resnet18").mkdir()  # e.g. a folder of reports
     (tmp_path / "mynet").mkdir()
     assert load_spec("resnet18").name == "resnet18"
-    with pytest.raises(ModelProfError, match="'mynet' is a directory"):
+    with pytest.raises(ModelProfError, match="'mynet' is a directory") as info:
+        load_spec("mynet")
+    assert "config.json" not in str(info.value)
+    # a HuggingFace folder: the error names its config.json, which fit and generate take
+    (tmp_path / "mynet" / "config.json").write_text("{}")
+    with pytest.raises(ModelProfError, match=r"or its transformers config: mynet/config\.json"):
         load_spec("mynet")
