@@ -172,7 +172,11 @@ def _refuse_other_path(spec: str) -> None:
         raise ModelProfError(
             f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
             "or .pt2 file in it, or file.py:factory"
-            + (f", or its transformers config: {config}" if _probe(config, "is_file") else "")
+            + (
+                f"; `modelprof fit` and `generate` also take its transformers config, {config}"
+                if _probe(config, "is_file")
+                else ""
+            )
         )
     if path.suffix.lower() == ".onnx":
         raise ModelProfError(

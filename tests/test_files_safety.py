@@ -293,5 +293,5 @@ def test_a_directory_named_like_a_torchvision_model_does_not_shadow_it(tmp_path,
     assert "config.json" not in str(info.value)
     # a HuggingFace folder: the error names its config.json, which fit and generate take
     (tmp_path / "mynet" / "config.json").write_text("{}")
-    with pytest.raises(ModelProfError, match=r"or its transformers config: mynet/config\.json"):
+    with pytest.raises(ModelProfError, match=r"also take its transformers config, mynet/config"):
         load_spec("mynet")
