@@ -697,3 +697,27 @@ def test_a_training_comparisons_step_rank_is_withheld_as_the_forwards_rank_is():
     assert "step_rank" not in rows["a"] and attrs["notes"] == [
         "step_rank: not ranked, step_latency_x of b disagrees with its per-round ratios"
     ]
+
+
+def test_a_prefill_phase_slower_than_the_ttft_holding_it_is_marked():
+    # a newcomer's batch-4 prefill read 310 ms against a TTFT of 8.39 ms, unmarked: the TTFT
+    # holds the prefill (and samples a token more), so its phase can never take longer
+    from types import SimpleNamespace
+
+    from modelprof.generation.report import _neighbours
+
+    def reading(ms: float) -> Measurement:
+        return Measurement(np.linspace(0.98, 1.02, 10) * ms, blocks=np.repeat(np.arange(5), 2))
+
+    def prefill(ms: float) -> SimpleNamespace:
+        report = SimpleNamespace(latency=reading(ms))
+        return SimpleNamespace(
+            name="prefill", label="prefill", batch_size=4, context=4, report=report,
+            totals={"flops": 100},
+        )  # fmt: skip
+
+    timing = SimpleNamespace(ttft=reading(8.39), tpot=None, end_to_end=None)
+    found = _neighbours({4: [prefill(310.0)]}, {4: timing})
+    assert [(d.point, d.other) for d in found] == [("prefill at batch 4", "TTFT at batch 4")]
+    # 8.0 ms, a little under the TTFT that holds it: as it should be
+    assert _neighbours({4: [prefill(8.0)]}, {4: timing}) == []

@@ -648,6 +648,15 @@ def _neighbours(
             if d.point not in seen:
                 seen.add(d.point)
                 found.append(d)
+    for p in phases:  # a prefill is part of the TTFT, which does more: never slower than it
+        t = timings.get(p.batch_size)
+        if p.name != "prefill" or t is None or _phase_point(p) in seen:
+            continue
+        pair = [
+            SeriesPoint(_phase_point(p), 0, p.report.latency),
+            SeriesPoint(f"TTFT at batch {p.batch_size}", 1, t.ttft),
+        ]
+        found += neighbour_disagreements(_PHASES, pair)
     return found
 
 
