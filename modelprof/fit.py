@@ -578,9 +578,20 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
         inputs["decoder_input_ids"] = torch.zeros(decoder, dtype=torch.long, device="meta")
     elif not training and "logits_to_keep" in params:
         inputs["logits_to_keep"] = 1
-    if training and "labels" in params:  # the model's own loss saves its fp32 log-softmax
+    if training and "labels" in params and _token_head(model):
+        # a language model's own loss, over every token, saves its fp32 log-softmax
         inputs["labels"] = inputs.get("decoder_input_ids", inputs["input_ids"])
     return inputs
+
+
+def _token_head(model: nn.Module) -> bool:
+    """The model predicts a token at every position (an LM head: output embeddings), so its
+    ``labels`` are token ids shaped as its input; a sequence classifier's are one a sequence."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        return callable(get) and get() is not None
+    except Exception:  # noqa: BLE001 - a model's own accessor that cannot answer: no head known
+        return False
 
 
 def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, Any]:

@@ -963,3 +963,29 @@ def test_memory_estimate_and_fit_count_adams_state_alike(optimizer):
     assert (
         estimated == planned.loc["optimizer_state", "data parallel"] == 2 * 11_689_512 * 4 + 62 * 4
     )
+
+
+def test_a_sequence_classifier_is_counted_without_token_labels():
+    # fit fed labels shaped as the token ids to every forward taking labels: a sequence
+    # classifier wants one label a sequence, its counted forward failed on meta and fit counted
+    # no activations at all (activation and saved both 0); only an LM head gets token labels
+    cfg = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    with torch.device("meta"):
+        model = transformers.BertForSequenceClassification(cfg)
+    report = fit(model, context=16, batch_size=2, memory_bytes=2**34)
+    assert not any("failed" in n for n in report.notes)
+    # the step as profile counts it on meta at fit's bf16, trained on the sum of its logits
+    ids = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    step = modelprof.profile(
+        model, inputs={"input_ids": ids}, device="meta", dtype=torch.bfloat16, backward=True
+    )
+    saved = report.table.loc["saved_activations", "data parallel"]
+    assert saved == step.totals["saved_bytes"] > 0
+    assert report.table.loc["activation", "inference"] > 0
