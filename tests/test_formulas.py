@@ -13,7 +13,7 @@ from helpers import Fn
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
-from modelprof.counting.formulas.pointwise import _filter_taps
+from modelprof.counting.formulas.pointwise import _filter_taps, _scale
 
 
 def totals(model: nn.Module, *args, **kw):
@@ -527,12 +527,34 @@ def test_antialiased_resize_counts_its_widened_filter():
     assert totals(resize, torch.randn(1, 1, 64, 64))["flops"] == 18_560
     # the taps are the filter's as ATen weighs them: no fewer than its non-zero weights (a 1-D
     # resize of the identity has one column of weights per input pixel)
+    # at the scale ATen takes: n_in / n_out, 1 / a scale_factor given as it is (10 -> 2 at
+    # 0.25 reads 4 pixels an output, not 5), and 0 with align_corners for one output (1 tap a
+    # bilinear output, not all 64)
+    cases = [((64, 16), {}), ((100, 33), {}), ((10, 3), {}), ((64, 128), {})]
+    cases += [((10, 2), {"factor": 0.25}), ((64, 1), {"corners": True})]
     for mode, size in (("bilinear", 2), ("bicubic", 4)):
-        for n_in, n_out in ((64, 16), (100, 33), (10, 3), (64, 128)):
+        for (n_in, n_out), how in cases:
             eye = torch.eye(n_in).reshape(n_in, 1, 1, n_in)
-            w = F.interpolate(eye, size=(1, n_out), mode=mode, antialias=True)
+            corners, factor = how.get("corners", False), how.get("factor")
+            given = (
+                {"scale_factor": (1.0, factor), "recompute_scale_factor": False}
+                if factor
+                else {"size": (1, n_out)}
+            )
+            w = F.interpolate(eye, mode=mode, antialias=True, align_corners=corners, **given)
+            assert w.shape[-1] == n_out
             nonzero = int((w != 0).sum())
-            assert nonzero <= _filter_taps(n_in, n_out, False, size) <= nonzero + 3
+            taps = _filter_taps(n_in, _scale(n_in, n_out, corners, factor), n_out, size)
+            assert nonzero <= taps <= nonzero + 3, (mode, n_in, n_out, how)
+    # and as the counter reads the call's arguments: 10 -> 2 at 0.25, bilinear, one row: 14
+    # taps (ATen's weights), 2*14 - 2 = 26 flops (the height pass is skipped: 1 -> 1)
+    quarter = Fn(
+        lambda a: F.interpolate(
+            a, scale_factor=(1.0, 0.25), mode="bilinear", antialias=True,
+            recompute_scale_factor=False,
+        )
+    )  # fmt: skip
+    assert totals(quarter, torch.randn(1, 1, 1, 10))["flops"] == 26
 
 
 def test_bilinear_and_addbmm():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from math import prod
+from typing import Any
 
 import torch
 
@@ -157,13 +158,14 @@ def _antialiased(size: int):
     def formula(args, kwargs, out) -> Cost:
         x = args[0]
         corners = bool(arg(args, kwargs, 2, "align_corners", False))
+        given = _given_scales(args, kwargs)
         shape, flops = list(x.shape), 0
         for d in (3, 2):
             n_in, n_out = x.shape[d], out.shape[d]
             if n_in == n_out:
                 continue  # (ATen skips that pass)
             shape[d] = n_out
-            taps = _filter_taps(n_in, n_out, corners, size)
+            taps = _filter_taps(n_in, _scale(n_in, n_out, corners, given[d - 2]), n_out, size)
             outputs = prod(shape)
             flops += 2 * taps * (outputs // n_out) - outputs
         return Cost(0, flops=flops)
@@ -171,11 +173,28 @@ def _antialiased(size: int):
     return formula
 
 
+def _given_scales(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """The (height, width) scale factors a resize was given: ``scales_h``/``scales_w``, or the
+    ``.vec`` overload's ``scale_factors``; None where none was."""
+    third = args[3] if len(args) > 3 else kwargs.get("scales_h", kwargs.get("scale_factors"))
+    if isinstance(third, (list, tuple)):  # (.vec)
+        return (third[0], third[1]) if len(third) == 2 else (None, None)
+    return third, arg(args, kwargs, 4, "scales_w", None)
+
+
+def _scale(n_in: int, n_out: int, corners: bool, given: Any) -> float:
+    """Input pixels an output step, as ATen's ``area_pixel_compute_scale``: with
+    ``align_corners`` (n_in - 1) / (n_out - 1) (0 for one output), else 1 / the scale factor
+    given, else n_in / n_out."""
+    if corners:
+        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    return 1.0 / given if given is not None and given > 0 else n_in / n_out
+
+
 @functools.lru_cache(maxsize=256)
-def _filter_taps(n_in: int, n_out: int, corners: bool, size: int) -> int:
+def _filter_taps(n_in: int, scale: float, n_out: int, size: int) -> int:
     """The taps of all ``n_out`` outputs of one dimension, as ATen's antialias weights bound
     them (``_compute_indices_min_size_weights_aa``)."""
-    scale = (n_in - 1) / (n_out - 1) if corners and n_out > 1 else n_in / n_out
     support = size / 2 * max(scale, 1.0)
     total = 0
     for i in range(n_out):
