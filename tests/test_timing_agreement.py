@@ -259,6 +259,13 @@ def test_the_backward_check_never_agrees_with_nothing_and_lets_stamps_explain_no
     )
     noisy = judge_backward(clean, passes13, 200)
     assert noisy.verdict == "stamps" and noisy.stamp_us == pytest.approx(2.0)
+    # its note quotes the clean backward, and so does its quote (it read "none", from the
+    # too-noisy verdict it replaced)
+    assert noisy.quote == "clean" and noisy.quote_ms == clean.median_ms
+    assert "quote the clean backward" in noisy.note()
+    # one clean run: no interval to quote it by, so no stamps verdict quoting it either
+    lone = judge_backward(Measurement([0.9], blocks=[0]), passes13, 200)
+    assert lone.verdict == "imprecise" and lone.quote == "none" and "too few runs" in lone.note()
     assert judge_backward(clean, passes13, 20).verdict == "imprecise"
     # where the stamps' measured cost was taken off the passes already, what is left is not
     # theirs: the same difference is said as it is, too noisy to compare

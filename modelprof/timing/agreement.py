@@ -420,17 +420,21 @@ def judge_backward(
         return dataclasses.replace(a, verdict="leaves", agree=False, leaf_sum_ms=rows_ms)
     if a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0:
         return a
+    if not math.isfinite(_relative_width(clean)):  # one clean run: too few to quote it by
+        return a
+    # the notes of both verdicts quote the clean backward
+    quoted = {"quote": "clean", "quote_ms": clean.median_ms}
     if corrected:
         beside = a.passes_ms / plain.median_ms if plain is not None and plain.median_ms > 0 else 0
         if beside > 0 and abs(math.log(beside)) <= math.log1p(AGREEMENT_TOLERANCE):
-            return dataclasses.replace(a, verdict="window", plain_ms=plain.median_ms)
+            return dataclasses.replace(a, verdict="window", plain_ms=plain.median_ms, **quoted)
         return a
     if nodes <= 0:
         return a
     per_node_us = 1000.0 * (passes.median_ms - clean.median_ms) / nodes
     if per_node_us > STAMP_BOUND_US:
         return a
-    return dataclasses.replace(a, verdict="stamps", stamp_us=per_node_us)
+    return dataclasses.replace(a, verdict="stamps", stamp_us=per_node_us, **quoted)
 
 
 @dataclasses.dataclass(frozen=True)
