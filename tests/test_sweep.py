@@ -84,6 +84,10 @@ def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
     assert (df["status"] == "ok").all() and df["input_shape"].tolist() == ["1x8", "4x8"]
     # the head, Linear(16, 100), on 8 tokens a sequence: 8 * 16 * 100 = 12,800 MACs a sequence
     assert df["macs"].tolist() == [12_800, 4 * 12_800]
+    assert df["tokens"].tolist() == [8, 8]  # a row says its sequence length
+    # two grids of one model at two lengths: two series of batch sizes, not one
+    both = sweep([{"models": [f"{lm}:build"], "tokens": t} for t in (8, 64)])
+    assert both["tokens"].tolist() == [8, 64] and both["input_shape"].tolist() == ["1x8", "1x64"]
     with pytest.raises(ModelProfError, match="give input_size .* or tokens .*not both"):
         sweep({"models": [f"{lm}:build"], "tokens": 8, "input_size": [8]})
     with pytest.raises(ModelProfError, match="tokens"):
@@ -541,3 +545,25 @@ def test_a_loaded_rows_cpu_work_is_a_column() -> None:
     threads = Measurement(wall, cpu_ms=cpu, competing_cores=1.5, cpu_thread_share=0.3)
     assert threads.loaded and not threads.cpu_holds
     assert np.isnan(_latency("latency", threads)["cpu_work_median_ms"])
+
+
+def test_rows_of_two_sequence_lengths_are_two_series_of_batch_sizes() -> None:
+    # batch 1 at 8 tokens read 100 ms, batch 2 at 64 tokens 10 ms: across one series batch 1
+    # would read slower than a bigger batch beyond both intervals and be marked rough; its
+    # tokens make them two series (and input_size likewise), each of one point
+    from modelprof.distributed.sweep import _mark_neighbours
+
+    def row(batch: int, ms: float, **given: object) -> dict:
+        return {
+            "model": "lm.py:build", "batch_size": batch, "dtype": "float32", "mode": "forward",
+            "device": "cpu", "latency_median_ms": ms, "latency_ci_low_ms": 0.99 * ms,
+            "latency_ci_high_ms": 1.01 * ms, "latency_n": 10, **given,
+        }  # fmt: skip
+
+    one = pd.DataFrame([row(1, 100.0), row(2, 10.0)])
+    _mark_neighbours(one, "latency")
+    assert one["latency_rough"].tolist() == [True, False]  # one series: 100 ms above 10 ms
+    for key, values in (("tokens", (8, 64)), ("input_size", ("(8,)", "(64,)"))):
+        two = pd.DataFrame([row(1, 100.0, **{key: values[0]}), row(2, 10.0, **{key: values[1]})])
+        _mark_neighbours(two, "latency")
+        assert not two["latency_rough"].any(), key

@@ -181,6 +181,10 @@ def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) 
     row: dict[str, Any] = {**{k: getattr(config, k) for k in _CONFIG_COLUMNS}, "device": device}
     if config.options:
         row["options"] = repr(dict(config.options))
+    if config.input_size is not None:  # what tells two grids of one model apart
+        row["input_size"] = repr(config.input_size)
+    if config.tokens is not None:
+        row["tokens"] = config.tokens
     row["start_time"], start = time.time(), time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -243,12 +247,13 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
         )
     records = [rows[c.name] for c in configs]
     seen = dict.fromkeys(column for record in records for column in record)
-    head = [*_CONFIG_COLUMNS, "input_shape", "status", "error", *COUNTED_COLUMNS]
+    head = [*_CONFIG_COLUMNS, "input_size", "tokens", "input_shape", "status", "error"]
+    head += COUNTED_COLUMNS
     tail = ["options", "warnings", "rank", "host", "start_time", "wall_s"]
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
     ordered = [c for c in (*head, *middle, *tail) if c in seen]
     frame = pd.DataFrame.from_records(records, columns=ordered)
-    for column in COUNTED_COLUMNS:  # whole numbers, missing where a row has none (<NA>)
+    for column in (*COUNTED_COLUMNS, "tokens"):  # whole numbers, missing where none (<NA>)
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
     for prefix in ("latency", "backward_latency"):
@@ -259,13 +264,14 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
     """``{prefix}_rough``: a timed row above a bigger batch size's of the same model, dtype,
-    mode, device and options, beyond both intervals; warned once, noted in ``attrs["notes"]``."""
+    mode, device, options and input (size or tokens), beyond both intervals; warned once, noted in ``attrs["notes"]``."""
     median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
     # rows saved before latency_n was recorded (a resumed sweep) have no count: 0
     n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index)).fillna(0)
     timed = median.notna()
     frame[f"{prefix}_rough"] = False
-    keys = [c for c in ("model", "dtype", "mode", "device", "options") if c in frame.columns]
+    given = ("model", "dtype", "mode", "device", "options", "input_size", "tokens")
+    keys = [c for c in given if c in frame.columns]
     for group, rows in frame[timed].groupby(keys, dropna=False, sort=False):
         points = [
             SeriesPoint(
