@@ -264,7 +264,8 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
     """``{prefix}_rough``: a timed row above a bigger batch size's of the same model, dtype,
-    mode, device, options and input (size or tokens), beyond both intervals; warned once, noted in ``attrs["notes"]``."""
+    mode, device, options and input (size or tokens), beyond both intervals; warned once,
+    noted in ``attrs["notes"]``."""
     median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
     # rows saved before latency_n was recorded (a resumed sweep) have no count: 0
     n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index)).fillna(0)
