@@ -516,3 +516,11 @@ def test_a_figure_read_on_a_loaded_machine_is_marked_and_noted():
     assert "1 timed figure(s) read on a loaded machine" in str(report.export("tex"))
     text = str(report.to_markdown())
     assert "## Timing notes" in text and "- TPOT at batch 1, median 10.000 ms" in text
+    assert "quieter machine" in notes[0]
+    # a figure of one run: too few runs, whose remedy is more runs, not a quieter machine
+    one = Measurement([2.0], blocks=[0])
+    report.timings[1] = dataclasses.replace(t, ttft=quiet, end_to_end=quiet, tpot=one)
+    report.__dict__.pop("_unquotable", None)
+    (few,) = [n for n in report.timing_notes if "no figure to quote" in n]
+    assert "rests on too few runs" in few and "larger repeat= or budget_s=" in few
+    assert "quieter" not in few

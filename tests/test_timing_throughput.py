@@ -138,7 +138,7 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     ]
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
     assert df["latency_n"].tolist() == [p.measurement.n for p in tp.points]
-    assert (df["latency_rough"] >= df["loaded"]).all()  # a loaded point is rough
+    assert str(df["latency_n"].dtype) == "Int64"  # whole numbers, <NA> where a point has none
     assert tp.memory_before_bytes is None and tp.memory_restored is None  # CPU
     d = json.loads(json.dumps(tp.to_dict(), allow_nan=False))  # strict JSON: no NaN
     assert d["best_batch_size"] == tp.best_batch_size == d["env"]["batch_size"]

@@ -614,14 +614,15 @@ def _unquotable_note(what: str, batch: int, m: Any) -> str:
     name = what.upper().replace("END_TO_END", "the end-to-end generation")
     name = name if what in _FIGURES else what
     where = f" at batch {batch}" if what in _FIGURES else ""
-    why = (
-        f"read on a loaded machine ({m.load_reason})"
-        if m.loaded
-        else f"rests on too few runs ({m.short_reason})"
-    )
+    if m.loaded:
+        why = f"read on a loaded machine ({m.load_reason})"
+        fix = "on a quieter machine, with --threads 1 / torch.set_num_threads(1)"
+    else:
+        why = f"rests on too few runs ({m.short_reason})"
+        fix = "with a larger repeat= or budget_s="
     return (
         f"{name}{where}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); "
-        "time again on a quieter machine, with --threads 1 / torch.set_num_threads(1)"
+        f"time again {fix}"
     )
 
 

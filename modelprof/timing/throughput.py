@@ -259,6 +259,7 @@ class Throughput:
         df = pd.DataFrame(values, columns=list(_COLUMNS))  # NaN, not the JSON's None
         rough = {d.point for d in self.disagreements}
         df[_ROUGH] = [f"batch {p.batch_size}" in rough or p.loaded for p in self.points]
+        df["latency_n"] = df["latency_n"].astype("Int64")  # (a point without runs: <NA>)
         return df
 
     def to_dict(self) -> dict[str, Any]:
