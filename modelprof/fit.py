@@ -12,10 +12,11 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = byt
 - training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
   optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
   for the backward as ``profile(..., backward=True)`` counts them (trained on the model's own
-  loss where its forward takes ``labels``), / tp (Megatron with
-  sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the optimizer state
-  and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the gradients, ZeRO-3
-  (FSDP) also the weights: the ZeRO paper's accounting (a note gives DeepSpeed's extra terms).
+  loss where its forward takes ``labels`` a token: an LM or token-classification head), / tp
+  (Megatron with sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the
+  optimizer state and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the
+  gradients, ZeRO-3 (FSDP) also the weights: the ZeRO paper's accounting (a note gives
+  DeepSpeed's extra terms).
 
 Quantized weights (integer parameters, packed weights, a quantized layer's buffers) count as
 stored, / tp, neither sharded nor trained. Not counted: the CUDA context and allocator
@@ -584,9 +585,16 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
     return inputs
 
 
+#: transformers heads that label every position (a token classifier, ELECTRA's discriminator)
+_TOKEN_LABELS = ("ForTokenClassification", "ForPreTraining")
+
+
 def _token_head(model: nn.Module) -> bool:
-    """The model predicts a token at every position (an LM head: output embeddings), so its
-    ``labels`` are token ids shaped as its input; a sequence classifier's are one a sequence."""
+    """The model labels every position (an LM head, with output embeddings, or a token
+    classifier), so its ``labels`` are shaped as its token ids; a sequence classifier's are
+    one a sequence, and it is counted on the sum of its outputs."""
+    if type(model).__name__.endswith(_TOKEN_LABELS):
+        return True
     get = getattr(model, "get_output_embeddings", None)
     try:
         return callable(get) and get() is not None

@@ -52,16 +52,16 @@ def sweep(
     the progress bar. ``on_config`` gets each configuration this rank finished (or found done)
     and its row (one found done in ``out``, an earlier run's, with ``read_back=True``).
 
-    Columns: the configuration, ``input_shape``, ``status`` (``ok``/``error``), ``error``, the
+    Columns: the configuration (with ``input_size`` and ``tokens`` where a grid gives them),
+    ``input_shape``, ``status`` (``ok``/``error``), ``error``, the
     counted totals (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``; in
     backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
     a row has none), the latency columns (and ``threads``) of timed configurations
-    (``latency_rough``: above a bigger batch size's of the same model, dtype, mode and options,
-    beyond both intervals; ``latency_loaded``: other work on the machine stretched it, and
-    then ``cpu_work_median_ms``, the CPU work its warning says to quote where it does, NaN
-    otherwise),
-    ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
-    ``host``, ``start_time`` (Unix seconds), ``wall_s``.
+    (``latency_rough``: above a bigger batch size's of the same model, dtype, mode, device,
+    options and input, beyond both intervals; ``latency_loaded``: other work on the machine
+    stretched it, and then ``cpu_work_median_ms``, the CPU work its warning says to quote
+    where it does, NaN otherwise), ``options``, ``warnings`` (what ``profile()`` warned), and
+    ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
     configs = load_sweep(config, options=profile_keywords())
     check_options(resume, retry_failed, progress, timeout_s, on_config)

@@ -989,3 +989,15 @@ def test_a_sequence_classifier_is_counted_without_token_labels():
     saved = report.table.loc["saved_activations", "data parallel"]
     assert saved == step.totals["saved_bytes"] > 0
     assert report.table.loc["activation", "inference"] > 0
+    # a token classifier labels every token: counted on its own loss, labels shaped as the ids
+    with torch.device("meta"):
+        tagger = transformers.BertForTokenClassification(cfg)
+    tagged = fit(tagger, context=16, batch_size=2, memory_bytes=2**34)
+    own = modelprof.profile(
+        tagger,
+        inputs={"input_ids": ids, "labels": ids},
+        device="meta",
+        dtype=torch.bfloat16,
+        backward=True,
+    )
+    assert tagged.table.loc["saved_activations", "data parallel"] == own.totals["saved_bytes"]

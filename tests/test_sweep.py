@@ -85,6 +85,17 @@ def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
     # the head, Linear(16, 100), on 8 tokens a sequence: 8 * 16 * 100 = 12,800 MACs a sequence
     assert df["macs"].tolist() == [12_800, 4 * 12_800]
     assert df["tokens"].tolist() == [8, 8]  # a row says its sequence length
+    # from its configuration: a row read back from a result file without the column (one
+    # written before it was) has it too
+    out = tmp_path / "out"
+    sweep({"models": [f"{lm}:build"], "batch_sizes": [1, 4], "tokens": 8}, out=out)
+    for f in (out / "configs").iterdir():
+        data = json.loads(f.read_text())
+        data["row"].pop("tokens", None)
+        data["row"]["wall_s"] = -1.0  # (to see it read back, not run again)
+        f.write_text(json.dumps(data))
+    again = sweep({"models": [f"{lm}:build"], "batch_sizes": [1, 4], "tokens": 8}, out=out)
+    assert (again["wall_s"] == -1.0).all() and again["tokens"].tolist() == [8, 8]
     # two grids of one model at two lengths: two series of batch sizes, not one
     both = sweep([{"models": [f"{lm}:build"], "tokens": t} for t in (8, 64)])
     assert both["tokens"].tolist() == [8, 64] and both["input_shape"].tolist() == ["1x8", "1x64"]

@@ -259,10 +259,16 @@ def test_the_backward_check_never_agrees_with_nothing_and_lets_stamps_explain_no
     )
     noisy = judge_backward(clean, passes13, 200)
     assert noisy.verdict == "stamps" and noisy.stamp_us == pytest.approx(2.0)
-    # its note quotes the clean backward, and so does its quote (it read "none", from the
-    # too-noisy verdict it replaced)
-    assert noisy.quote == "clean" and noisy.quote_ms == clean.median_ms
-    assert "quote the clean backward" in noisy.note()
+    # that clean backward's interval (+-72 %) is too wide to stand on its own: the stamps
+    # explain the gap, and neither the note nor the quote names it as the figure to quote
+    assert clean.relative_ci > 0.5 and noisy.quote == "none"
+    assert "quote the clean backward" not in noisy.note()
+    assert "itself too noisy or loaded to quote" in noisy.note()
+    # a tight clean backward, 1.0 ms, 0.3 ms below: 1.5 us a node of 200, the stamps': quoted,
+    # in the note and in the quote (it read "none" where the verdict replaced a too-noisy one)
+    tight = judge_backward(Measurement(np.full(12, 1.0)), passes13, 200)
+    assert tight.verdict == "stamps" and tight.quote == "clean" and tight.quote_ms == 1.0
+    assert "quote the clean backward" in tight.note()
     # one clean run: no interval to quote it by, so no stamps verdict quoting it either
     lone = judge_backward(Measurement([0.9], blocks=[0]), passes13, 200)
     assert lone.verdict == "imprecise" and lone.quote == "none" and "too few runs" in lone.note()

@@ -181,10 +181,6 @@ def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) 
     row: dict[str, Any] = {**{k: getattr(config, k) for k in _CONFIG_COLUMNS}, "device": device}
     if config.options:
         row["options"] = repr(dict(config.options))
-    if config.input_size is not None:  # what tells two grids of one model apart
-        row["input_size"] = repr(config.input_size)
-    if config.tokens is not None:
-        row["tokens"] = config.tokens
     row["start_time"], start = time.time(), time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -245,7 +241,7 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
             f"sweep: no result for {len(missing)} configuration(s), e.g. "
             f"{missing[0]!r}; a rank did not report"
         )
-    records = [rows[c.name] for c in configs]
+    records = [{**rows[c.name], **_input_columns(c)} for c in configs]
     seen = dict.fromkeys(column for record in records for column in record)
     head = [*_CONFIG_COLUMNS, "input_size", "tokens", "input_shape", "status", "error"]
     head += COUNTED_COLUMNS
@@ -260,6 +256,13 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
         if f"{prefix}_median_ms" in frame.columns:
             _mark_neighbours(frame, prefix)
     return frame
+
+
+def _input_columns(config: SweepConfig) -> dict[str, Any]:
+    """What tells two grids of one model apart, from the configuration (a result file written
+    before these columns were holds neither): its ``input_size`` and ``tokens``, where given."""
+    given = {"input_size": config.input_size, "tokens": config.tokens}
+    return {k: repr(v) if k == "input_size" else v for k, v in given.items() if v is not None}
 
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:

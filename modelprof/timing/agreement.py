@@ -158,8 +158,9 @@ class TimingAgreement:
                 f"{_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
                 f"{_ms(self.clean_ms)}, as did the plain backward run beside them "
                 f"({_ms(self.plain_ms)}): the two windows ran the backward at different paces "
-                "(caches, the allocator, the machine's load), not the stamps; quote the clean "
-                f"backward and read the rows by their {w['share']}{self._cpu_work()}"
+                "(caches, the allocator, the machine's load), not the stamps; "
+                f"{self._quote_clean(w)}"
+                f"{self._cpu_work()}"
             )
         if self.verdict == "stamps":
             return (
@@ -167,9 +168,7 @@ class TimingAgreement:
                 f"read {_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
                 f"{_ms(self.clean_ms)}, about {self.stamp_us:.1f} us for each of its "
                 f"{self.nodes} autograd nodes (not taken off here: a GPU, too few or too noisy "
-                "pairs, or correct_overhead=False); "
-                f"quote the clean backward and read the rows by their {w['share']}"
-                f"{self._cpu_work()}"
+                f"pairs, or correct_overhead=False); {self._quote_clean(w)}{self._cpu_work()}"
             )
         if self.verdict == "short":
             return (
@@ -189,6 +188,16 @@ class TimingAgreement:
                 "larger budget_s or on a quieter machine"
             )
         return self._disagreement(w)
+
+    def _quote_clean(self, w: dict[str, str]) -> str:
+        """The advice of a verdict the stamps or the window explain: quote the clean backward,
+        where it stands on its own (``quote``)."""
+        if self.quote == "clean":
+            return f"quote the clean backward and read the rows by their {w['share']}"
+        return (
+            "the clean backward is itself too noisy or loaded to quote (time again with a "
+            f"larger budget_s or on a quieter machine); read the rows by their {w['share']}"
+        )
 
     def _too_noisy(self, w: dict[str, str]) -> str:
         """The TOO NOISY TO COMPARE sentence: whether the clean median stands on its own."""
@@ -422,8 +431,8 @@ def judge_backward(
         return a
     if not math.isfinite(_relative_width(clean)):  # one clean run: too few to quote it by
         return a
-    # the notes of both verdicts quote the clean backward
-    quoted = {"quote": "clean", "quote_ms": clean.median_ms}
+    # the notes of both verdicts quote the clean backward: where it stands on its own
+    quoted = {"quote": "clean", "quote_ms": clean.median_ms} if _stands(clean) else {}
     if corrected:
         beside = a.passes_ms / plain.median_ms if plain is not None and plain.median_ms > 0 else 0
         if beside > 0 and abs(math.log(beside)) <= math.log1p(AGREEMENT_TOLERANCE):
