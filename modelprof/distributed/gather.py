@@ -8,6 +8,7 @@ import pandas as pd
 import torch.distributed as dist
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.group import group_up
 
 __all__ = ["gather_reports"]
 
@@ -21,7 +22,7 @@ def gather_reports(
     slowest rank's median, the group's step time (of the whole training step where the
     reports timed one, ``backward=True``; else of the forward).
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not group_up():
         raise ModelProfError(
             "gather_reports() needs an initialised process group "
             "(torch.distributed.init_process_group); none is active"

@@ -19,6 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.group import group_up
 
 __all__ = ["Alone", "GroupRanks", "StoreRanks", "SweepRanks", "open_ranks"]
 
@@ -141,7 +142,7 @@ def env_int(name: str, default: int) -> int:
 def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks | GroupRanks]:
     """Meet the other ranks: on the caller's process group, on torchrun's store when
     ``WORLD_SIZE`` > 1, else alone. ``timed`` (the sweep times): refused under a group."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if group_up() and dist.get_world_size() > 1:
         if timed:
             raise ModelProfError(
                 "sweep: timed configurations cannot run under an initialised process group "

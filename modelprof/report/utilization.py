@@ -47,6 +47,7 @@ from modelprof.render.units import format_count, format_rate
 from modelprof.report.frames import shown
 from modelprof.report.roofline import run_peaks
 from modelprof.runtime.device import mig_refusal, mig_slice
+from modelprof.runtime.group import group_up
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
 __all__ = [
@@ -492,7 +493,7 @@ def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
     """Every rank's whole-call MFU and the group's, on every rank (a collective: each rank of
     ``group`` calls it with its own ``Utilization``). Rows ``rank`` 0..world-1, then ``-1``
     for the group: its model FLOPs summed over the ranks, its time the slowest rank's."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not group_up():
         raise ModelProfError(
             "group_utilization() needs an initialised process group "
             "(torch.distributed.init_process_group); none is active"

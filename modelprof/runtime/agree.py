@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.group import communicates, current_group, one_voice
+from modelprof.runtime.group import communicates, current_group, group_up, one_voice
 
 __all__ = [
     "ALONE",
@@ -98,7 +98,7 @@ ALONE: Agreement = _Alone()
 
 def agreement() -> Agreement | None:
     """An :class:`Agreement` over an active default group of several ranks, else None."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    if not group_up() or dist.get_world_size() < 2:
         return None
     backend = str(dist.get_backend())
     if backend == "fake":

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from modelprof.errors import ModelProfError, check_flag, warn_user
 from modelprof.runtime import compat
+from modelprof.runtime.group import group_up
 from modelprof.runtime.guard import set_training
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.tensors import iter_tensors, map_tensors
@@ -192,6 +192,6 @@ def completing(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` returning its output :func:`completed`, where a process group is up (a
     functional collective needs one); elsewhere ``fn`` itself, which a timed call then runs
     without a step more."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not group_up():
         return fn
     return lambda *args, **kwargs: completed(fn(*args, **kwargs))

@@ -28,6 +28,7 @@ __all__ = [
     "communicates",
     "current_group",
     "fsdp_modules",
+    "group_up",
     "is_ddp",
     "is_speaker",
     "local_device",
@@ -51,13 +52,14 @@ class RankInfo:
         return dataclasses.asdict(self)
 
 
-def _initialized() -> bool:
+def group_up() -> bool:
+    """A default process group is initialised in this process (a collective can run)."""
     return dist.is_available() and dist.is_initialized()
 
 
 def current_group() -> RankInfo | None:
     """The default process group as seen from this rank, or None outside one."""
-    if not _initialized():
+    if not group_up():
         return None
     local = os.environ.get("LOCAL_RANK")
     return RankInfo(
@@ -78,7 +80,7 @@ def is_speaker(all_ranks: bool | None = None) -> bool:
     """Whether this process prints and writes: alone, on rank 0, or every rank when asked."""
     if all_ranks if all_ranks is not None else all_ranks_speak():
         return True
-    if _initialized():
+    if group_up():
         # a fake group (profile_sharded) is one process: it always speaks
         return dist.get_rank() == 0 or str(dist.get_backend()) == "fake"
     rank = os.environ.get("RANK")  # launched by torchrun, group not (yet) initialised
