@@ -281,7 +281,7 @@ class OpCounter(compat.TorchDispatchMode):
             self._meta_sdpa = None
 
     # -- resolution, once per op --------------------------------------------------------------
-    def _resolve(self, func) -> tuple[Any, str, bool, bool]:
+    def _resolve(self, func) -> tuple[Any, str, bool, bool, bool]:
         name = op_name(func)
         packed = nested = False
         if isinstance(func, HigherOrderOperator):

@@ -261,8 +261,12 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
 def _input_columns(config: SweepConfig) -> dict[str, Any]:
     """What tells two grids of one model apart, from the configuration (a result file written
     before these columns were holds neither): its ``input_size`` and ``tokens``, where given."""
-    given = {"input_size": config.input_size, "tokens": config.tokens}
-    return {k: repr(v) if k == "input_size" else v for k, v in given.items() if v is not None}
+    columns: dict[str, Any] = {}
+    if config.input_size is not None:
+        columns["input_size"] = repr(config.input_size)
+    if config.tokens is not None:
+        columns["tokens"] = config.tokens
+    return columns
 
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:

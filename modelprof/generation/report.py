@@ -130,12 +130,13 @@ class GenerationReport(Exports):
             for kind, series in _FIGURES.items():
                 m = getattr(t, kind)
                 if m is not None and (m.loaded or m.undersampled):
-                    found.append((series, f"batch {b}", _unquotable_note(kind, b, m)))
+                    label = f"{_FIGURE_NAMES[kind]} at batch {b}"
+                    found.append((series, f"batch {b}", _unquotable_note(label, m)))
         for p in (p for ps in self.phase_tables.values() for p in ps):
             m = p.report.latency
             if m is not None and (m.loaded or m.undersampled):
                 point = _phase_point(p)
-                found.append((_PHASES, point, _unquotable_note(point, p.batch_size, m)))
+                found.append((_PHASES, point, _unquotable_note(point, m)))
         return found
 
     def _rough(self, series: str, point: str) -> bool:
@@ -603,17 +604,16 @@ _FIGURES = {
     "end_to_end": "the end-to-end generation across batch sizes",
 }
 _PHASES = "the phases' time (per-layer passes' plain runs)"
+_FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "the end-to-end generation"}
 
 
 def _phase_point(p: Phase) -> str:
     return f"{p.label} at batch {p.batch_size}"
 
 
-def _unquotable_note(what: str, batch: int, m: Any) -> str:
-    """Why a timed figure of generation is rough: the machine's load, or too few runs."""
-    name = what.upper().replace("END_TO_END", "the end-to-end generation")
-    name = name if what in _FIGURES else what
-    where = f" at batch {batch}" if what in _FIGURES else ""
+def _unquotable_note(label: str, m: Any) -> str:
+    """Why the timed figure ``label`` of generation is rough: the machine's load, or too few
+    runs."""
     if m.loaded:
         why = f"read on a loaded machine ({m.load_reason})"
         fix = "on a quieter machine, with --threads 1 / torch.set_num_threads(1)"
@@ -621,7 +621,7 @@ def _unquotable_note(what: str, batch: int, m: Any) -> str:
         why = f"rests on too few runs ({m.short_reason})"
         fix = "with a larger repeat= or budget_s="
     return (
-        f"{name}{where}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); "
+        f"{label}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); "
         f"time again {fix}"
     )
 

@@ -206,17 +206,15 @@ class Throughput:
             times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
             anchor = _anchor(self.points, gain or 0.0).batch_size
             busy = [p.batch_size for p in self.points if p.batch_size > anchor and p.loaded]
+            head = f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
             if busy:  # the load, not the batch, may have held them back
-                return (
-                    f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
+                return head + (
                     f"batch {anchor}'s, but batch {', '.join(map(str, busy))} read on a "
                     "loaded machine: the curve may not have flattened; time again on a "
                     "quieter machine"
                 )
-            return (
-                f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
-                f"batch {anchor}'s: the curve has flattened, a larger max_batch is unlikely "
-                "to help"
+            return head + (
+                f"batch {anchor}'s: the curve has flattened, a larger max_batch is unlikely to help"
             )
         if self.stop_reason == "oom":
             return (

@@ -57,18 +57,18 @@ def _landed(size: int, k: int, out: int, stride: int, padding: int, dilation: in
     return sum(1 for o in taps if 0 <= o < out)
 
 
-def _sizes(value: Any, n: int) -> tuple[int, ...]:
-    return tuple(value) * (n if len(value) == 1 else 1)
+def _geometry(w: torch.Tensor, given: Any) -> tuple[tuple[int, ...], ...]:
+    """(stride, padding, dilation) from ``given``, each one value a spatial dimension of the
+    weight ``w`` (a single value stands for every dimension)."""
+    n = w.dim() - 2
+    return tuple(tuple(v) * (n if len(v) == 1 else 1) for v in given)
 
 
 @register_formula(aten.convolution, aten._convolution, aten.convolution_overrideable)
 def _convolution(args, kwargs, out) -> Cost:
     # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
     transposed = bool(args[6] if len(args) > 6 else kwargs.get("transposed", False))
-    geometry = None
-    if transposed:
-        n = args[1].dim() - 2
-        geometry = tuple(_sizes(v, n) for v in args[3:6])
+    geometry = _geometry(args[1], args[3:6]) if transposed else None
     return conv_cost(
         args[0], args[1], args[2] if len(args) > 2 else None, out, transposed, geometry=geometry
     )
@@ -91,9 +91,8 @@ def _backend(transposed: bool, at: tuple[int, int, int] | None = None):
         bias = next((a for a in args[2:4] if isinstance(a, torch.Tensor) and a.dim() == 1), None)
         geometry = None
         if at is not None:
-            n = args[1].dim() - 2
-            given = (args[i] if len(args) > i else d for i, d in zip(at, _DEFAULTS))
-            geometry = tuple(_sizes(v, n) for v in given)
+            given = [args[i] if len(args) > i else d for i, d in zip(at, _DEFAULTS)]
+            geometry = _geometry(args[1], given)
         return conv_cost(args[0], args[1], bias, first(out), transposed, geometry=geometry)
 
     return formula
