@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import WritesLate
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -43,25 +44,8 @@ def test_ddp_steps_with_an_optimizer_give_the_model_back_without_a_warning(group
     assert not [m for m in state_warnings(recwarn) if "in place" in m]
 
 
-class WritesLate(nn.Module):
-    """Adds 1 to its weight in place from its second call on: the counted (first) pass does not,
-    so no copy of it is kept; the timed forward passes do, before the training steps."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.l = nn.Linear(4, 4)
-        self.note = lambda: None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if getattr(self.note, "seen", False):
-            with torch.no_grad():
-                self.l.weight.add_(1.0)
-        self.note.seen = True  # on the function: the guard restores attributes only
-        return self.l(x)
-
-
 def test_a_write_before_the_steps_is_still_named_and_only_it(group, recwarn):
-    model = DistributedDataParallel(WritesLate())
+    model = DistributedDataParallel(WritesLate(shift=1.0))
     profile(model, inputs=torch.randn(2, 4), backward=True, optimizer="sgd", **QUICK)
     # the weight, written first by the timed forward passes, cannot be put back; the bias,
     # which only the optimizer steps wrote (and the step timer put back), is not named

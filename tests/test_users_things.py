@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import picture
+from helpers import WritesLate, picture
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
@@ -270,22 +270,6 @@ def test_an_unrestorable_write_is_named_with_the_pass_that_made_it() -> None:
     messages = [str(w.message) for w in caught if "scale" in str(w.message)]
     assert messages and "during the counted backward" in messages[0]
     assert "timing" not in messages[0]
-
-
-class WritesLate(nn.Module):
-    """Scales its weight in place from its second call on: the counted (first) pass does not."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.l = nn.Linear(4, 4)
-        self.note = lambda: None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if getattr(self.note, "seen", False):
-            with torch.no_grad():
-                self.l.weight.mul_(1.0)
-        self.note.seen = True  # on the function: the guard restores attributes only
-        return self.l(x)
 
 
 def test_a_write_only_the_timed_passes_make_is_named_with_them() -> None:
