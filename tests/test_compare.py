@@ -141,7 +141,8 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     from modelprof import ViewOptions
 
     only = df.render.to_markdown(view=ViewOptions(columns=["macs"]))
-    assert "\n|   MACs |\n|-------:|\n|    200 |\n|    400 |\n" in only  # 10*20, 10*40
+    # 10*20, 10*40, each row named by its model (the index) though columns= left it out
+    assert "\n| model   |   MACs |\n|:--------|-------:|\n| narrow  |    200 |\n" in only
     assert df.render.to_markdown(columns="compact") == df.render.to_markdown()
     header = df.render.to_csv(columns="compact").splitlines()[0]
     assert header == "model,input_shape,params,macs,flops,params_x,macs_x"  # untimed: no latency

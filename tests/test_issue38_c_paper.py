@@ -47,8 +47,11 @@ def test_the_default_fit_keeps_type_and_output_shape(resnet18, gpt2, depth):
 def test_a_table_steps_down_a_font_size_before_it_drops_the_shapes(gpt2):
     # at the text width the names over two lines leave room for the shapes in \small; in a
     # column (229.5 pt) GPT2LMHeadModel twice (its root's name and type) leaves none for the
-    # params in \small: \footnotesize keeps them
-    assert "output shape" in _header(gpt2.to_latex(depth=2)) and "\\small\n" in gpt2.to_latex()
+    # params in \small: \footnotesize keeps them. (The whole tree needs \footnotesize: its
+    # (self) rows' 32.77 K MACs put the MACs in K, 2662.40 at the root, wider than 2.66 M.)
+    depth2 = gpt2.to_latex(depth=2)
+    assert "output shape" in _header(depth2) and "\\small\n" in depth2
+    assert "\\footnotesize\n" in gpt2.to_latex() and "MACs (K)" in _header(gpt2.to_latex())
     tex = gpt2.to_latex(depth=2, width="columnwidth")
     assert "\\footnotesize\n" in tex and _header(tex) == "module & type & params (K)"
     small = gpt2.to_latex(depth=2, width="columnwidth", font_size="small")

@@ -47,9 +47,10 @@ def test_fixed_units_get_a_second_header_line() -> None:
     )
     lines = text.splitlines()
     top = lines.index(r"\toprule")
-    # "FLOPs (K)" -> "FLOPs" over "(K)": the unit does not widen a column of short numbers
+    # "FLOPs (K)" -> "FLOPs" over "(K)": the unit does not widen a column of short numbers;
+    # latency in µs, where the fixture's 0.05 ms relu shows two digits (50.00, not 0.05)
     assert lines[top + 1] == r"module & params & FLOPs & latency \\"
-    assert lines[top + 2] == r" &  & (K) & (ms) \\"
+    assert lines[top + 2] == r" &  & (K) & (\textmu{}s) \\"
 
 
 def test_footer_labels_span_the_empty_cells_to_their_right() -> None:
@@ -63,8 +64,8 @@ def test_footer_labels_span_the_empty_cells_to_their_right() -> None:
     # total: type is empty -> spans 2; output_bytes has no total (every activation summed
     # again), latency has none either (parents include children)
     assert r"\multicolumn{2}{l}{total} & 16.64 &  &  \\" in text
-    # end-to-end: everything left of the latency is empty -> spans 4
-    assert r"\multicolumn{4}{l}{end-to-end (clean run)} & 1.00 \\" in text
+    # end-to-end: everything left of the latency is empty -> spans 4; 1 ms in the column's µs
+    assert r"\multicolumn{4}{l}{end-to-end (clean run)} & 1000.00 \\" in text
 
 
 def test_fit_columns_drops_the_least_important_first_and_keeps_the_first() -> None:

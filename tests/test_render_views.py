@@ -196,16 +196,18 @@ def test_fixed_units_put_one_unit_per_column_in_the_header() -> None:
         columns=["module", "params", "flops", "read_bytes", "latency_ms", "latency_pct"],
     )
     # params max 126 -> no prefix; flops max 16640 -> K; bytes max 6392 -> KiB; latency max 1 ms
+    # and min 0.05 ms (a relu): ms would show it with one digit (0.05), µs shows 50.00 and the
+    # root as 1000.00 (4 digits before the point at most)
     assert t.headers == (
         "module",
         "params",
         "FLOPs (K)",
         "read (KiB)",
-        "latency (ms)",
+        "latency (µs)",
         "latency share (%)",
     )
-    # conv1: 13824/1e3 = 13.82; 1200/1024 = 1.17; 0.3 ms; 30 %
-    assert t.cells[1] == ("conv1", "108", "13.82", "1.17", "0.30", "30.00")
+    # conv1: 13824/1e3 = 13.82; 1200/1024 = 1.17; 0.3 ms = 300 µs; 30 %
+    assert t.cells[1] == ("conv1", "108", "13.82", "1.17", "300.00", "30.00")
     assert t.totals == ("total", "126", "16.64", "6.24", "", "")
 
 
@@ -231,8 +233,14 @@ def test_readable_scale_choices() -> None:
 
     assert readable_scale([11_689_512, 128], SI_PREFIXES) == (1e6, "M")  # K: 11689.51 > 4 digits
     assert readable_scale([1_814e6, 512e3], SI_PREFIXES) == (1e6, "M")  # 1814.07 and 0.51
-    assert readable_scale([9_999, 6], SI_PREFIXES) == (1e3, "K")  # 10.00 and 0.006 -> 0.01
+    # K: 10.00 and 0.006 -> 0.01, one digit; whole numbers show both (9999 and 6)
+    assert readable_scale([9_999, 6], SI_PREFIXES) == (1.0, "")
     assert readable_scale([9_999, 4], SI_PREFIXES) == (1.0, "")  # 0.004 K would print 0.00
+    # two significant digits where a unit gives them: 31.2 ms to 1.089 s in s would read 0.03;
+    # in ms 31.20 and 1089.00 (below 4 digits before the point)
+    assert readable_scale([31.2, 1089.0], TIME_UNITS) == (1.0, "ms")
+    # 12 ms to 20 s: ms would need 20000.00 (5 digits), so s, with 12 ms at one digit (0.01)
+    assert readable_scale([12.0, 20_000.0], TIME_UNITS) == (1e3, "s")
     # 30 ms in µs needs 5 digits (30000), so ms stays and 4 µs prints "<0.01"
     assert readable_scale([30.0, 0.004], TIME_UNITS) == (1.0, "ms")
     assert readable_scale([], SI_PREFIXES) == (1.0, "")
@@ -372,3 +380,33 @@ def test_a_subclass_of_view_options_takes_its_own_fields():
     assert ViewOptions.parse(Mine(), colour="red").colour == "red"  # a view's own class
     with pytest.raises(ModelProfError, match=r"\(colur=: did you mean colour=\?\)"):
         Mine(colur="red")
+
+
+def test_a_median_and_its_interval_share_one_unit() -> None:
+    # a comparison's latency: medians 5 ms and 900 ms, upper bounds 6 ms and 12 s. Alone, the
+    # medians would read ms (5.00, 900.00) and the bounds s (12 s in ms needs 12000.00, five
+    # digits); together all three read s, as 12000 ms does: 0.01 s is the 5 ms median, 0.90
+    # the 900 ms one, 12.00 the upper bound
+    df = pd.DataFrame(
+        {
+            "model": ["a", "b"],
+            "latency_median_ms": [5.0, 900.0],
+            "latency_ci_low_ms": [4.0, 850.0],
+            "latency_ci_high_ms": [6.0, 12_000.0],
+        }
+    )
+    t = prepare_table(df, units="fixed", show_totals=False)
+    assert [h.rsplit(" ", 1)[-1] for h in t.headers[1:]] == ["(s)", "(s)", "(s)"], t.headers
+    assert t.cells[1][1:] == ("0.90", "0.85", "12.00")
+
+
+def test_a_column_selection_keeps_the_rows_names() -> None:
+    # columns= without module: the rows (and the total) would be bare numbers, the total
+    # reading as one more row; the names come first, as the table's own first column does
+    t = prepare_table(report_frame(), report_totals(), units="raw", columns=["params", "flops"])
+    assert t.columns == ("module", "params", "flops")
+    assert t.totals == ("total", "126", "16640")
+    # a comparison's rows are named by its index, shown as the model column
+    df = pd.DataFrame({"params": [72, 288]}, index=pd.Index(["a", "b"], name="model"))
+    t = prepare_table(df, units="raw", columns=["params"], show_totals=False)
+    assert t.columns == ("model", "params") and [c[0] for c in t.cells] == ["a", "b"]

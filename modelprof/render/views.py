@@ -5,8 +5,9 @@ that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit mo
 
 - ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; see :mod:`.units`).
 - ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals;
-  the unit keeps at most 4 digits before the point and, where possible, no non-zero value at
-  ``0.00`` (one that is prints ``<0.01``; zero prints ``0``). The usual choice for a paper.
+  the unit keeps at most 4 digits before the point and, where possible, two significant digits
+  in every non-zero value, else none at ``0.00`` (one that is prints ``<0.01``; zero prints
+  ``0``); a median and its interval's bounds share one unit. The usual choice for a paper.
 - ``"raw"``: the stored numbers, full precision, headers are the column names.
 """
 
@@ -420,8 +421,10 @@ def readable_scale(
     values: Sequence[float], prefixes: Sequence[tuple[float, str]], max_mantissa: float = _MAX_FIXED
 ) -> tuple[float, str]:
     """One unit for a column: of the units keeping the largest value below ``max_mantissa`` (and
-    at or above 1 where possible), the largest that shows every non-zero value as at least
-    0.01, else the smallest. SI: ``[11_689_512, 128]`` -> M (K would need ``11689.51``)."""
+    at or above 1 where possible), the largest that shows every non-zero value with two
+    significant digits (at least 0.10), else the largest that shows it at all (0.01), else the
+    smallest. SI: ``[11_689_512, 128]`` -> M (K would need ``11689.51``); times from 31 ms to
+    1.2 s -> ms (s would show 31 ms as ``0.03``)."""
     finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
     nonzero = [v for v in finite if v > 0]
     ordered = sorted(prefixes, key=lambda p: p[0])
@@ -432,9 +435,10 @@ def readable_scale(
     fitting = [p for p in ordered if p[0] <= top_scale and top / p[0] < max_mantissa]
     if not fitting:  # even the smallest unit leaves > 4 digits: take the largest one not above top
         return pick_scale([top], prefixes)
-    for scale, symbol in reversed(fitting):  # largest unit first
-        if round(low / scale, 2) > 0:
-            return scale, symbol
+    for least in (0.1, 0.01):  # two significant digits where a unit gives them, else one
+        for scale, symbol in reversed(fitting):  # largest unit first
+            if round(low / scale, 2) >= least:
+                return scale, symbol
     return fitting[0]
 
 
@@ -527,8 +531,9 @@ def prepare_table(
     totals = default_totals(df) if totals is None else totals
     totals = dict(totals) if (totals is not None and view.show_totals) else None
     end_to_end = dict(end_to_end) if (end_to_end and view.show_totals) else None
-    rows = with_index(select_rows(df, **view.selection))
-    shown = select_columns(rows, view.columns)
+    picked = select_rows(df, **view.selection)
+    rows = with_index(picked)
+    shown = _labelled(select_columns(rows, view.columns), rows, picked, view.columns)
     names = [str(c) for c in shown.columns]
     kinds = [column_spec(n, shown[n]).kind for n in names]
     headers, formatters = _formatters(shown, names, units, (totals, end_to_end))
@@ -563,6 +568,19 @@ def prepare_table(
     )
 
 
+def _labelled(
+    shown: pd.DataFrame, rows: pd.DataFrame, picked: pd.DataFrame, columns: Any
+) -> pd.DataFrame:
+    """``shown`` with the column that names each row in front where ``columns=`` left it out:
+    the index :func:`with_index` showed (a comparison's ``model``), else ``module``. A table
+    whose rows (and total) have no names cannot be read."""
+    if columns is None or (isinstance(columns, str) and columns in ("all", "compact")):
+        return shown
+    named = list(rows.columns[: len(rows.columns) - len(picked.columns)]) or ["module"]
+    missing = [c for c in named if c in rows.columns and c not in shown.columns]
+    return pd.concat([rows[missing], shown], axis=1) if missing else shown
+
+
 def _formatters(
     shown: pd.DataFrame, names: list[str], units: str, extras: Sequence[Mapping[str, Any] | None]
 ) -> tuple[list[str], list[Callable]]:
@@ -575,14 +593,30 @@ def _formatters(
             header, fmt = name, _raw_cell
         elif units == "human":
             header, fmt = spec.header, _human_formatter(spec.kind)
-        else:
-            values = [*shown[name], *(e[name] for e in extras if e is not None and name in e)]
+        else:  # a median and its interval's bounds in one unit, read from all three
+            family = [n for n in names if _interval_stem(n) == _interval_stem(name)]
+            values = [v for n in family for v in _column_values(shown, n, extras)]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
         if units != "raw" and ("_ci_low" in name or "_ci_high" in name):  # an interval bound
             fmt = _missing_as(UNDEFINED, fmt)
         headers.append(header)
         formatters.append(fmt)
     return headers, formatters
+
+
+def _interval_stem(name: str) -> str:
+    """``latency_ci_low_ms``, ``latency_median_ms`` and ``latency_ms`` -> ``latency_ms``: the
+    columns that show one quantity and its interval."""
+    for part in ("_ci_low", "_ci_high", "_median"):
+        name = name.replace(part, "")
+    return name
+
+
+def _column_values(
+    shown: pd.DataFrame, name: str, extras: Sequence[Mapping[str, Any] | None]
+) -> list[Any]:
+    """A column's cells and its footer values (``extras``)."""
+    return [*shown[name], *(e[name] for e in extras if e is not None and name in e)]
 
 
 def _footer(
