@@ -445,3 +445,26 @@ def test_labels_make_the_loss_the_models_own():
 
     with pytest.raises(ModelProfError, match="labels= was given, but the output is"):
         profile(GivesLabelsBack(), given, backward=True, **COUNT)
+
+
+class _MySGD(torch.optim.SGD):
+    """A subclass, counted op by op (its step may differ from SGD's)."""
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_a_subclass_of_sgd_reads_as_sgds_formula(foreach):
+    # p.add_(g, alpha=-lr) is a multiply and an add an element: 2 x 212 = 424 flops, SGD's
+    # formula; with weight decay g.add(p, alpha=wd) 2 more: 4 x 212 = 848 (it read 1 an add:
+    # 212 and 424, half the class's own count)
+    def plain(params):
+        return _MySGD(params, lr=0.1, foreach=foreach)
+
+    def decayed(params):
+        return _MySGD(params, lr=0.1, weight_decay=0.01, foreach=foreach)
+
+    for factory, per_element in ((plain, 2), (decayed, 4)):
+        r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=factory, **COUNT)
+        opt = r.training_step.cost.optimizer
+        assert opt.counted_by == "ops" and opt.flops == per_element * 212
+    base = profile(mlp(), (8,), batch_size=3, backward=True, optimizer="sgd", **COUNT)
+    assert base.training_step.cost.optimizer.flops == 2 * 212  # the formula's

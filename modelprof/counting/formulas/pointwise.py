@@ -73,6 +73,19 @@ register_ops(
 register_ops("addcmul addcmul_ addcdiv addcdiv_ lerp lerp_")(elementwise(3))
 
 
+def _scaled(args: tuple, kwargs: dict) -> bool:
+    """An add or sub that scales its second operand (``alpha`` other than 1)."""
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    return not (isinstance(alpha, (int, float)) and alpha == 1)
+
+
+@register_ops("add add_ sub sub_ rsub")
+def _add(args, kwargs, out) -> Cost:
+    # x + alpha * y is a multiply and an add an element where alpha is not 1: SGD's update
+    # p.add_(g, alpha=-lr) costs 2, as its formula counts it (1 with alpha 1, as pointwise)
+    return elementwise(2 if _scaled(args, kwargs) else 1)(args, kwargs, out)
+
+
 def per_listed(per_element: int):
     """Family factory: a ``_foreach_`` op (the multi-tensor form an optimizer's ``foreach``
     path runs), ``per_element`` flops for every element of its first list of tensors, as the
@@ -85,15 +98,23 @@ def per_listed(per_element: int):
     return formula
 
 
-_FOREACH_ONE = """abs acos add asin atan ceil clamp_max clamp_min cos cosh div erf erfc exp expm1
+_FOREACH_ONE = """abs acos asin atan ceil clamp_max clamp_min cos cosh div erf erfc exp expm1
 floor frac lgamma log log10 log1p log2 maximum minimum mul neg pow reciprocal round rsqrt
-sigmoid sign sin sinh sqrt sub tan tanh trunc"""
+sigmoid sign sin sinh sqrt tan tanh trunc"""
 register_ops(*(f"_foreach_{n}{form}" for n in _FOREACH_ONE.split() for form in ("", "_")))(
     per_listed(1)
 )
 register_ops(
     *(f"_foreach_{n}{form}" for n in ("addcmul", "addcdiv", "lerp") for form in ("", "_"))
 )(per_listed(3))
+
+
+@register_ops("_foreach_add _foreach_add_ _foreach_sub _foreach_sub_")
+def _foreach_add(args, kwargs, out) -> Cost:
+    # (lists; alpha only by keyword): 2 an element where alpha scales the second list, as _add
+    return per_listed(2 if kwargs.get("alpha", 1) != 1 else 1)(args, kwargs, out)
+
+
 register_ops("_foreach_max")(per_listed(1))  # a reduction of each tensor: 1 per element read
 register_ops("_foreach_norm")(per_listed(2))  # as a vector norm's 2 per element
 
