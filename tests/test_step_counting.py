@@ -468,3 +468,14 @@ def test_a_subclass_of_sgd_reads_as_sgds_formula(foreach):
         assert opt.counted_by == "ops" and opt.flops == per_element * 212
     base = profile(mlp(), (8,), batch_size=3, backward=True, optimizer="sgd", **COUNT)
     assert base.training_step.cost.optimizer.flops == 2 * 212  # the formula's
+
+
+def test_the_summary_and_caption_say_autocast_and_channels_last():
+    # the counts are of the autocast bfloat16 run in channels_last: the header said float32
+    # alone, as for a plain fp32 run
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    r = profile(conv, (3, 8, 8), amp=torch.bfloat16, channels_last=True, **COUNT)
+    said = "float32 under bfloat16 autocast, channels_last"
+    assert said in r.summary().splitlines()[0] and said in r.to_markdown().splitlines()[0]
+    plain = profile(conv, (3, 8, 8), **COUNT)
+    assert "(float32, cpu, batch 1)" in plain.summary().splitlines()[0]

@@ -687,9 +687,20 @@ class Report(Exports):
         params = int(self.totals.get("params") or 0)
         model = _torchvision_name(self.model_name, params) or self.model_name
         return (
-            f"{model}, input {self.input_shape}, {self.dtype} on "
+            f"{model}, input {self.input_shape}, {self._dtype_words()} on "
             f"{self.env.get('device_name', self.device)}"
         )
+
+    def _dtype_words(self) -> str:
+        """The inputs' dtype and how the run changed what the kernels saw: ``float32 under
+        bfloat16 autocast, channels_last`` (the counts and times are of that run)."""
+        mode = self.env.get("mode") or {}
+        words = [str(self.dtype)]
+        if mode.get("amp"):
+            words[0] += f" under {str(mode['amp']).removeprefix('torch.')} autocast"
+        if mode.get("channels_last"):
+            words.append("channels_last")
+        return ", ".join(words)
 
     def _end_to_end_rough(self) -> str | None:
         """Why the clean end-to-end median is no figure to quote, as the run's own checks say
@@ -728,8 +739,8 @@ class Report(Exports):
     def summary(self) -> str:
         t = self.totals
         lines = [
-            f"{self.model_name} on input {self.input_shape} ({self.dtype}, {self.device}, "
-            f"batch {self.batch_size})",
+            f"{self.model_name} on input {self.input_shape} ({self._dtype_words()}, "
+            f"{self.device}, batch {self.batch_size})",
             f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
             f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B",
         ]
