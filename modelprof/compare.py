@@ -22,7 +22,7 @@ from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing
-from modelprof.runtime.execution import RunMode
+from modelprof.runtime.execution import RunMode, random_kept
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import make_inputs, parse_input_size
 from modelprof.runtime.progress import progress_bar
@@ -310,7 +310,7 @@ class _Run:
         Returns the baseline (the first model left when the one asked for failed)."""
         while True:  # a failing latency or training step: drop it, time the others again
             try:
-                with torch.random.fork_rng(devices=[]):  # train-mode dropout: the RNG kept
+                with random_kept():  # train-mode dropout, the forward's own draws: kept
                     result = measure_interleaved(
                         self.candidates, self.opts, baseline=baseline, mode=self.mode
                     )

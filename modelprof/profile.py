@@ -28,7 +28,12 @@ from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.device import tf32_enabled
 from modelprof.runtime.env import collect_env
-from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
+from modelprof.runtime.execution import (
+    RunMode,
+    dispatch_modes_restored,
+    random_kept,
+    to_channels_last,
+)
 from modelprof.runtime.exported import exported_layers, is_flat_export
 from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
@@ -152,9 +157,7 @@ def profile(
         passed.add(mi.args, mi.kwargs)  # moved or made copies: each pass sees them as made
         model, guard = _layered(model, mi, rng_scope, guard)
         # the model's random ops (train-mode dropout) draw from forked generators in every pass
-        rng_scope.enter_context(
-            torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else [])
-        )
+        rng_scope.enter_context(random_kept(mi.device))
         spec, meta_notes = _on(spec, mi)
         spec.check_device(mi.device)
         with _batch_hint(input_size, mi, model, inputs):

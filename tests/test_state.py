@@ -5,16 +5,18 @@ name the module."""
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelprof import ModelProfError, ModelProfWarning, profile
+from modelprof import ModelProfError, ModelProfWarning, compare, profile
 from modelprof.runtime import placement as placement_mod
 from modelprof.runtime.guard import StateGuard, preserved_state
 
@@ -500,3 +502,19 @@ def test_a_traced_models_tensors_are_named_like_the_modules_they_sit_in() -> Non
     traced = torch.jit.trace(net, torch.ones(3, 2))
     names = [t.name for t in StateGuard(traced).tracked]
     assert names[:5] == ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean"]
+
+
+def test_a_forwards_own_python_and_numpy_draws_are_given_back() -> None:
+    class Jitter(nn.Module):  # draws from Python's and numpy's global generators each call
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * (random.random() + float(np.random.rand()))
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()[1].copy()
+    profile(Jitter(), (4,), **FAST)  # the counting pass and every timed pass draw
+    compare({"a": Jitter(), "b": Jitter()}, (4,), repeat=5, warmup=1)
+    assert random.getstate() == python_state
+    assert np.array_equal(np.random.get_state()[1], numpy_state)

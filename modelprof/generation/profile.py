@@ -31,7 +31,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
 from modelprof.profile import profile
 from modelprof.runtime.env import collect_env
-from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.execution import RunMode, random_kept, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import meta_copy, model_placement
@@ -123,7 +123,7 @@ def profile_generation(
         snapshot_of(*configs),
         outputs_by_name(model) if lm.hf else contextlib.nullcontext(),
         running(lm.root, RunMode(device=dev)),
-        torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
+        random_kept(dev),
     ):
         return _run(lm, spec, opts, (timing, layer_timing), peaks, seed, on_step)
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,9 +33,24 @@ __all__ = [
     "legacy_eval_mode",
     "model_state",
     "parse_amp",
+    "random_kept",
     "running",
     "to_channels_last",
 ]
+
+
+@contextlib.contextmanager
+def random_kept(device: torch.device | None = None) -> Iterator[None]:
+    """torch's generators (the CPU's, and ``device``'s where it is a GPU), Python's ``random``
+    and numpy's global state given back as they were on exit: the model's random ops
+    (train-mode dropout) and its forward's own draws leave the caller's streams untouched."""
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[device] if device and device.type == "cuda" else []):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
 
 
 @contextlib.contextmanager
