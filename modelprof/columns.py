@@ -18,11 +18,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
-__all__ = ["KINDS", "Column", "column", "count_column", "declare", "declared", "names", "undeclare"]
+__all__ = [
+    "KINDS",
+    "Column",
+    "column",
+    "count_column",
+    "declare",
+    "declared",
+    "names",
+    "undeclare",
+    "whole_column",
+]
 
 KINDS = frozenset(
     "text int bool count bytes time_ms percent ratio float gflops gbps multiple".split()
@@ -107,6 +120,19 @@ def count_column(values: Sequence[int]) -> np.ndarray:
     if all(-(2**63) <= v < 2**63 for v in ints):
         return np.array(ints, dtype="int64")
     return np.array([float(v) for v in ints], dtype="float64")
+
+
+def whole_column(values: Sequence[Any]) -> Any:
+    """:func:`count_column` of whole numbers some of which may be missing (None, NaN: a failed
+    model's row): nullable Int64 with <NA> there, float64 with NaN where a number does not fit
+    in int64; none missing, :func:`count_column`'s."""
+    missing = [v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) for v in values]
+    if not any(missing):
+        return count_column(values)
+    ints = [None if gap else int(v) for v, gap in zip(values, missing)]
+    if all(v is None or -(2**63) <= v < 2**63 for v in ints):
+        return pd.array(ints, dtype="Int64")
+    return np.array([math.nan if v is None else float(v) for v in ints], dtype="float64")
 
 
 def _group(group: str, *specs: tuple) -> None:

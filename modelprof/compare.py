@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError, ModelProfWarning, check_callback, warn_user
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
@@ -122,7 +123,9 @@ def compare(
     ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) and
     ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so); on the
     CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to read where the
-    machine was loaded (``attrs["backward_by"] == "cpu_work"``).
+    machine was loaded (``attrs["backward_by"] == "cpu_work"``). Whole numbers (the counts,
+    ``latency_n``, ``rank``) are int64, nullable Int64 where a row has none (a failed or an
+    unranked model: ``<NA>``); its ``error`` is NaN where the model ran.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
@@ -359,9 +362,10 @@ def _table(
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
+    _keep_types(df, rows)
     if timing_attrs:  # 1 the fastest, ties where the rounds cannot order two; none unranked
         ranks = timing_attrs.get("ranks") or {}
-        df["rank"] = pd.array([ranks.get(name) for name in df.index], dtype="Int64")
+        df["rank"] = registry.whole_column([ranks.get(name) for name in df.index])
     if "step_latency_median_ms" in df.columns:  # a training comparison: its steps' own ranks
         steps = df["step_rank"] if "step_rank" in df.columns else pd.Series(index=df.index)
         df["step_rank"] = pd.array([None if pd.isna(r) else int(r) for r in steps], "Int64")
@@ -374,6 +378,21 @@ def _table(
     if failed:
         note_failed(df.attrs, failed)
     return df
+
+
+def _keep_types(df: pd.DataFrame, rows: Mapping[str, Mapping[str, Any]]) -> None:
+    """Declared whole numbers stay whole (and exact) beside a missing one (a failed model's):
+    Int64 with <NA>, where pandas made them float64; flags True, False and None (not NaN), as
+    a CSV reads them back. (After the ratios: those are floats.)"""
+    for column in df.columns:
+        declared = registry.column(column)
+        if declared is None or not df[column].isna().any():
+            continue
+        if declared.dtype == "int64":
+            df[column] = registry.whole_column([rows[n].get(column) for n in df.index])
+        elif declared.dtype == "bool":
+            flags = [None if pd.isna(v) else bool(v) for v in df[column]]
+            df[column] = pd.Series(flags, index=df.index, dtype=object)
 
 
 #: measure_throughput's own search bounds, the rest of throughput_options being timing options

@@ -491,17 +491,23 @@ def test_a_latex_table_ranked_by_cpu_work_keeps_the_headline_figures_before_inte
     assert not any("CI" in h for h in kept)
 
 
-def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path) -> None:
+@pytest.mark.parametrize("timing", [False, True])
+def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path, timing) -> None:
     # a newcomer's comparison.csv read back with `model` as a column, its JSON with `model` as
-    # the index; the README says how: the CSV's column set as the index gives the same table
+    # the index; the README says how: the CSV's column set as the index gives the same table.
+    # Timed, its rank (every model ranked: 1 and 2, or 1 and 1 tied) read back Int64 != int64
     from modelprof.render import read_csv, read_json
 
-    df = compare({"a": nn.Linear(4, 3), "b": nn.Linear(4, 5)}, (4,), timing=False)
+    quick = {"budget_s": 0.1, "warn": False} if timing else {}
+    df = compare({"a": nn.Linear(4, 3), "b": nn.Linear(4, 5)}, (4,), timing=timing, **quick)
+    assert ("rank" in df.columns) == timing and df["params"].dtype == np.int64
     df.render.export("csv", tmp_path / "c.csv")
     df.render.export("json", tmp_path / "c.json")
     from_csv = read_csv(tmp_path / "c.csv").set_index("model")
     from_json, _, env = read_json(tmp_path / "c.json")
     pd.testing.assert_frame_equal(from_csv, pd.DataFrame(df))
+    # pandas' own to_csv writes the same columns (the index as `model`)
+    pd.testing.assert_frame_equal(read_csv(df.to_csv()).set_index("model"), pd.DataFrame(df))
     pd.testing.assert_frame_equal(from_json, pd.DataFrame(df))
     # the JSON's environment keeps what the table's attrs say (its notes were lost)
     assert env["baseline"] == "a" and env["attrs"] == {

@@ -52,6 +52,28 @@ def test_a_failing_model_keeps_the_others_table(timing):
         assert pd_isna(df.loc["bad", "rank"])
 
 
+@pytest.mark.parametrize("timing", [False, True])
+def test_a_failed_models_row_stays_whole_and_reads_back_from_csv(timing):
+    # a newcomer's table printed params 2542856.0 beside a failed model, and its CSV read back
+    # rank as 1.0 / NaN and the error of a model that ran as ""
+    import pandas as pd
+
+    from modelprof.render import read_csv
+
+    models = {"a": nn.Linear(4, 4), "bad": _Boom()}
+    df = compare(models, (4,), timing=timing, **(QUICK if timing else {"warn": False}))
+    # a: 4 x 4 + 4 = 20 params, 16 MACs; bad ran none: <NA> in a nullable Int64 column
+    assert df["params"].dtype == "Int64" and df["params"].tolist() == [20, pd.NA]
+    assert df["macs"].dtype == "Int64" and df["macs"].tolist() == [16, pd.NA]
+    assert pd_isna(df.loc["a", "error"]) and pd_isna(df.loc["bad", "input_shape"])
+    if timing:  # a ran at least once and is the only one ranked: 1
+        assert df["latency_n"].dtype == "Int64" and df.loc["a", "latency_n"] >= 1
+        assert df["rank"].dtype == "Int64" and df["rank"].tolist() == [1, pd.NA]
+    for text in (df.to_csv(), df.render.to_csv()):  # pandas' CSV and modelprof's
+        back = read_csv(text).set_index("model")
+        pd.testing.assert_frame_equal(back, pd.DataFrame(df), check_exact=True)
+
+
 def pd_isna(value) -> bool:
     import pandas as pd
 

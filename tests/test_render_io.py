@@ -166,6 +166,39 @@ def test_csv_writes_a_named_index_as_a_column() -> None:
     assert list(back.columns) == ["model", "params"] and back["model"].tolist() == ["a", "b"]
 
 
+def test_csv_reads_a_comparisons_failed_row_back_as_it_was() -> None:
+    # a failed model's row: its whole numbers <NA> (Int64, not float64 1.0/NaN), its flags
+    # None, its text missing; the error of a model that ran missing, not ""
+    df = pd.DataFrame(
+        {
+            "input_shape": ["1x8", None],
+            "params": pd.array([72, None], dtype="Int64"),
+            "latency_stable": [True, None],  # (object columns)
+            "latency_x_rough": [False, None],
+            "rank": pd.array([1, None], dtype="Int64"),
+            "error": [None, "RuntimeError: boom"],
+        },
+        index=pd.Index(["a", "bad"], name="model"),
+    )
+    assert df["latency_x_rough"].dtype == object
+    back = read_csv(to_csv(df)).set_index("model")
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert back["latency_x_rough"].tolist() == [False, None]
+
+
+def test_csv_keeps_a_sweeps_empty_error_and_a_gathered_reports_rank() -> None:
+    # beside a status column (a sweep's) "" is the error of a row that ran; a gathered report's
+    # process rank is int64, no row without one
+    sweep = pd.DataFrame(
+        {"model": ["a", "b"], "status": ["ok", "error"], "error": ["", "boom"], "host": ["h", ""]}
+    )
+    pd.testing.assert_frame_equal(read_csv(to_csv(sweep)), sweep, check_exact=True)
+    gathered = report_frame()
+    gathered.insert(0, "rank", 0)
+    assert gathered["rank"].dtype == np.int64
+    pd.testing.assert_frame_equal(read_csv(to_csv(gathered)), gathered, check_exact=True)
+
+
 def test_read_csv_errors() -> None:
     with pytest.raises(ModelProfError, match="no CSV file at 'nowhere.csv'"):
         read_csv("nowhere.csv")

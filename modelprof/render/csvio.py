@@ -2,8 +2,10 @@
 
 :func:`read_csv` reads every field as text (the root module's name is ``""``, not NaN), then
 types each column by its declared dtype, else by what its values parse as (int64, float64 with
-empty fields as NaN, bool, else text). Floats are written with ``repr`` precision, so they read
-back bit for bit. No totals row is written: a CSV file is data.
+empty fields as NaN, bool, else text); a declared int64 column with empty fields (a failed
+model's row) as nullable Int64. In a comparison's table (an ``error`` column and no ``status``)
+an empty ``error`` and a failed row's empty text are missing. Floats are written with ``repr``
+precision, so they read back bit for bit. No totals row is written: a CSV file is data.
 """
 
 from __future__ import annotations
@@ -75,12 +77,27 @@ def _parses(values: list[str], kind: type) -> bool:
     return True
 
 
+def _as_flags(values: list[str], name: str) -> pd.Series:
+    """True, False and None (an empty cell: a flag not set, a failed model's)."""
+    return pd.Series([None if v == "" else v == _TRUE for v in values], name=name)
+
+
+def _as_whole(values: list[str], name: str) -> pd.Series:
+    """Whole numbers with empty cells (a failed model's, an unranked one's): Int64 with <NA>
+    there (:func:`modelprof.columns.whole_column`), else as their values parse."""
+    if not _parses([v for v in values if v != ""], int):
+        return _infer(values, name)
+    return pd.Series(
+        registry.whole_column([None if v == "" else int(v) for v in values]), name=name
+    )
+
+
 def _infer(values: list[str], name: str) -> pd.Series:
     filled = [v for v in values if v != ""]
     if not filled:
         return _as_float(values, name) if values else _text_series(values, name)
-    if len(filled) == len(values) and all(v in (_TRUE, _FALSE) for v in values):
-        return _as_bool(values, name)
+    if all(v in (_TRUE, _FALSE) for v in filled):
+        return _as_bool(values, name) if len(filled) == len(values) else _as_flags(values, name)
     if len(filled) == len(values) and _parses(filled, int):
         return _as_int(values, name)
     if _parses(filled, float):
@@ -114,19 +131,35 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
 
 
 def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> pd.Series:
-    """A column typed as asked (``overrides``), else as declared, else by its values (also an
-    int column with missing cells: a failed row's); a declared bool column with missing cells
-    (``latency_stable``: None where it cannot be judged) as True, False and None."""
+    """A column typed as asked (``overrides``), else as declared, else by its values; a declared
+    int64 column with missing cells (a failed model's row) as nullable Int64, a column of flags
+    with missing cells (``latency_stable``: None where it cannot be judged) as True, False and
+    None."""
     if name in overrides:
         return _typed(values, overrides[name], name)
     declared = registry.column(name)
-    flags = {_TRUE, _FALSE, ""}
-    if declared is not None and declared.dtype == "bool" and "" in values:
-        if set(values) <= flags:
-            return pd.Series([None if v == "" else v == _TRUE for v in values], name=name)
-    if declared is None or (declared.dtype in ("int64", "bool") and "" in values):
+    if declared is not None and declared.dtype == "int64" and "" in values:
+        return _as_whole(values, name)
+    if declared is not None and declared.dtype == "bool" and "" in values:  # (all empty too)
+        flags = set(values) <= {_TRUE, _FALSE, ""}
+        return _as_flags(values, name) if flags else _infer(values, name)
+    if declared is None:
         return _infer(values, name)
     return _typed(values, declared.dtype, name)
+
+
+def _failed_rows_missing(columns: dict[str, pd.Series]) -> None:
+    """A comparison's table (an ``error`` column, no ``status``: a sweep's says "" where a row
+    ran): an empty ``error`` is missing (the model ran), as is an empty text cell of a row with
+    an error (the model failed: ``input_shape``)."""
+    if "error" not in columns or "status" in columns or not _is_text(columns["error"]):
+        return
+    failed = [isinstance(v, str) and v != "" for v in columns["error"]]
+    for name, column in columns.items():
+        if _is_text(column) and (name == "error" or any(failed)):
+            gaps = failed if name != "error" else [not f for f in failed]
+            cells = [None if gap and v == "" else v for v, gap in zip(column, gaps)]
+            columns[name] = pd.Series(cells, name=name, dtype=column.dtype)
 
 
 # A text cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"):
@@ -232,6 +265,7 @@ def read_csv(
                 dtype=column.dtype,
             )
         columns[name] = column
+    _failed_rows_missing(columns)
     if not columns:
         return pd.DataFrame(index=pd.RangeIndex(len(raw)))
     return pd.DataFrame(columns)
