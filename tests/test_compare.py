@@ -151,9 +151,9 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     for option in (dict(group_by="layer_type"), dict(style="torchstat")):
         with pytest.raises(ModelProfError, match="is a per-layer table's view; a comparison's"):
             df.render.to_markdown(**option)
-    # derived frames are plain DataFrames that keep attrs
+    # derived frames are comparisons that keep attrs
     sub = df[["macs", "macs_x"]]
-    assert type(sub) is pd.DataFrame and sub.attrs["baseline"] == "narrow"
+    assert type(sub) is Comparison and sub.attrs["baseline"] == "narrow"
 
 
 def test_env_caption() -> None:
@@ -265,7 +265,41 @@ def test_a_comparisons_pandas_methods_are_pandas(tmp_path) -> None:
     assert df.to_html() == plain.to_html()
     assert df.to_latex() == plain.to_latex()
     assert "×" not in df.to_csv() and "narrow,1x10" in df.to_csv().replace(" ", "")
-    assert type(df[["macs"]]) is pd.DataFrame  # a derived frame is a plain DataFrame
+    assert df[["macs"]].to_csv() == plain[["macs"]].to_csv()  # a derived one's too
+
+
+def test_a_sorted_or_filtered_comparison_keeps_its_render() -> None:
+    # a paper author sorted and filtered the table, then exported it: 'DataFrame' object has
+    # no attribute 'render'. narrow: 200 MACs, wide: 400 (Linear(10, n): 10 x n)
+    df = compare(_pair(), (10,), timing=False)
+    derived = {
+        "sort": df.sort_values("macs", ascending=False),
+        "copy": df.copy(),
+        "loc": df.loc[["wide"]],
+        "head": df.head(1),
+        "drop": df.drop(columns=["params"]),
+        "round": df.round(2),
+    }
+    for name, d in derived.items():
+        assert type(d) is Comparison and d.attrs["baseline"] == "narrow", name
+        assert "baseline narrow" in d.render.to_latex(), name  # its caption, from its attrs
+    rows = lambda d: [line.split("|")[1].strip() for line in d.splitlines()[2:]]  # noqa: E731
+    assert rows(derived["sort"].render.to_markdown(standalone=False)) == ["wide", "narrow"]
+    assert rows(derived["loc"].render.to_markdown(standalone=False)) == ["wide"]
+    head = derived["drop"].render.to_markdown(standalone=False).splitlines()[0]
+    assert "params" not in [h.strip() for h in head.split("|")] and "params ratio" in head
+    # a selection of columns none of which is a default one shows them all: narrow's MAdd,
+    # 10 multiplies and 9 adds per output, (2 x 10 - 1) x 20 = 380
+    madd = df[["madd"]].render.to_markdown(standalone=False)
+    assert "MAdd" in madd.splitlines()[0] and "380" in madd.splitlines()[2]
+    # a column the call names but the table lost: the error names it
+    with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['macs'\]"):
+        df.drop(columns=["macs"]).render.to_markdown(columns=["params", "macs"])
+    # two tables side by side (a name twice): refused, naming it; a notebook shows pandas' table
+    twice = pd.concat([df[["params"]], df[["params"]]], axis=1)
+    with pytest.raises(ModelProfError, match=r"\['params'\] appear more than once"):
+        twice.render.to_markdown()
+    assert "<table" in twice._repr_html_() and "<table" in df.T._repr_html_()
 
 
 class _SpinBackward(torch.autograd.Function):

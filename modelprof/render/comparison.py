@@ -109,6 +109,14 @@ def compact_compare_columns(df: pd.DataFrame) -> list[str]:
     return shown[:at] + flags + shown[at:]
 
 
+def _default_columns(df: pd.DataFrame, raw: bool = False) -> list[str] | str:
+    """The columns a comparison shows unless told (:func:`compact_compare_columns`; ``raw``:
+    those of its columns, the index aside); every one (``"all"``) where it has none of them
+    but ``model`` (a selection of other columns, a transposed table)."""
+    shown = [c for c in compact_compare_columns(df) if not raw or c in df.columns]
+    return shown if set(shown) & set(map(str, df.columns)) else "all"
+
+
 def env_caption(env: Mapping[str, Any]) -> str:
     """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has."""
     parts = []
@@ -215,6 +223,22 @@ def _rank_said(df: pd.DataFrame, columns: Any) -> tuple[pd.DataFrame, Any]:
     return out, [headers.get(c, c) for c in columns]
 
 
+def _check_columns(df: pd.DataFrame) -> None:
+    """A comparison's exporters read one column per name: a table with two of a name (two
+    tables side by side) or with MultiIndex columns is refused, naming them."""
+    if isinstance(df.columns, pd.MultiIndex):
+        raise ModelProfError(
+            "a comparison's exporters need one level of column names, not "
+            f"{df.columns.nlevels} (MultiIndex columns): flatten them first (df.columns = [...])"
+        )
+    twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if twice:
+        raise ModelProfError(
+            f"a comparison's exporters need one column per name; {twice} appear more than "
+            "once: rename or drop the copies first"
+        )
+
+
 def export_comparison(
     df: pd.DataFrame,
     name: str,
@@ -229,6 +253,7 @@ def export_comparison(
     raw formats every column (the index as ``model``), JSON with the environment."""
     fmt = get_format(name)
     check_read_by(fmt.name, view)
+    _check_columns(df)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     # (JSON keeps them: read_json's env gives back the notes, the ties, what the rank follows)
     env["attrs"] = {k: v for k, v in df.attrs.items() if k not in ("env", "baseline")}
@@ -242,10 +267,10 @@ def export_comparison(
     columns = given.columns if columns is None else columns  # a view's, as a keyword's
     compact = isinstance(columns, str) and columns == "compact"
     if compact and not fmt.human:  # (the index, model, is written as ever)
-        columns = [c for c in compact_compare_columns(df) if c in df.columns]
+        columns = _default_columns(df, raw=True)
     if fmt.human:
         given = given.fit_for(columns, view)
-        columns = compact_compare_columns(df) if columns is None or compact else columns
+        columns = _default_columns(df) if columns is None or compact else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))

@@ -33,7 +33,14 @@ class ComparisonRender(Exports):
 
 class Comparison(pd.DataFrame):
     """One row per model: totals, latency with its interval, ratios to the baseline (``*_x``);
-    ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised tables."""
+    ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised tables.
+    A frame pandas derives from it (sorted, filtered, some rows or columns, a copy) is a
+    ``Comparison`` too, its ``attrs`` (baseline, notes) kept: its ``render`` shows what it
+    holds."""
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return Comparison
 
     @property
     def render(self) -> ComparisonRender:
@@ -45,8 +52,13 @@ class Comparison(pd.DataFrame):
         (:func:`modelprof.report.plots.plot_cost_latency`); ``plot`` stays pandas'."""
         return plot_cost_latency(self, cost, **kw)
 
-    def _repr_html_(self) -> str:
-        return str(self.render.export("html", standalone=False))
+    def _repr_html_(self) -> str | None:
+        """modelprof's table; pandas' own where a frame derived from this one is no table
+        modelprof renders (two columns of one name, MultiIndex columns)."""
+        try:
+            return str(self.render.export("html", standalone=False))
+        except ModelProfError:
+            return super()._repr_html_()
 
 
 def note_failed(attrs: dict[str, Any], failed: Mapping[str, str], *first: str) -> None:
