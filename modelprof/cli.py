@@ -56,13 +56,11 @@ MODEL_HELP = (
 
 
 def parse_input_size_arg(text: str) -> tuple[int, ...]:
-    """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)`` (batch excluded)."""
-    parts = [p for p in re.split(r"[,x×\s]+", text.strip()) if p]
-    try:
-        size = tuple(int(p) for p in parts)
-    except ValueError:
-        size = ()
-    if not size or any(d <= 0 for d in size):
+    """``"3,224,224"``, ``"3x224x224"``, ``"3×224×224"`` or ``"3 224 224"`` -> ``(3, 224, 224)``
+    (batch excluded): one separator between two numbers (``3,x,64`` is no size, not 3x64)."""
+    parts = re.split(r"\s*[,x×]\s*|\s+", text.strip())
+    size = tuple(int(p) for p in parts if re.fullmatch("[0-9]+", p))  # (not int's "+3", "3_0")
+    if len(size) != len(parts) or any(d <= 0 for d in size):
         raise ModelProfError(
             f"--input-size {text!r} must be positive integers such as 3,224,224 (batch excluded)"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -173,6 +174,9 @@ def test_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
     [
         (["profile", "resnet18", "--format", "xls"], "--format 'xls'"),
         (["profile", "resnet18", "--input-size", "3,a"], "--input-size '3,a'"),
+        # (profiled as 1x3x64 and 1x3x64x64: the empty parts were dropped)
+        (["profile", "resnet18", "--input-size", "3,x,64"], "--input-size '3,x,64' must be"),
+        (["profile", "resnet18", "--input-size", "3,64,64,x"], "--input-size '3,64,64,x' must"),
         (["profile", "resnet18", "--batch-size", "0"], "--batch-size 0"),
         (["profile", "resnet18", "--budget", "-1"], "--budget -1"),
         (["profile", "resnet18", "--budget", "nan"], "--budget nan"),  # nan <= 0 is False
@@ -389,6 +393,18 @@ def test_parse_helpers() -> None:
             parse_input_size_arg(bad)
     with pytest.raises(ModelProfError):
         parse_formats(",")
+
+
+def test_input_size_takes_its_separators_one_at_a_time() -> None:
+    # the accepted spellings of 3 x 224 x 224 (batch excluded)
+    spellings = ["3,224,224", "3x224x224", "3 224 224", "3×224×224", "3, 224, 224"]
+    for good in [*spellings, " 3 x 224x224 "]:
+        assert parse_input_size_arg(good) == (3, 224, 224), good
+    # a stray separator or a part that is no number was dropped: "3,x,64" profiled 3x64 and
+    # "3,64,64,x" 3x64x64; now each is refused, naming the value given
+    for bad in ("3,x,64", "3,64,64,x", "3,,64", "3,224,224,", "x3", "3_0,4", "+3,4", "3,64,64.5"):
+        with pytest.raises(ModelProfError, match=rf"--input-size {re.escape(repr(bad))} must be"):
+            parse_input_size_arg(bad)
 
 
 def test_python_dash_m_help() -> None:
