@@ -71,6 +71,8 @@ _LATEX_PRIORITY = default_priority(
     "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
     "output_bytes read_bytes write_bytes"
 )
+#: the per-layer rough flags: a human table shows them as its cells' marks (~), not as columns
+_ROUGH_FLAGS = ("latency_rough", "backward_latency_rough")
 #: how to get a table ``Report.diff`` can read
 _READ_BACK = " (a table from to_dataframe(), or read back by modelprof.render.read_csv)"
 #: a training step's: its backward's time kept beside the forward's
@@ -198,7 +200,7 @@ class Report(Exports):
         (its instrumented backward disagrees with the clean one: ``training_step.agreement``)."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
-            return torchstat_frame(self.rows, self.timed)
+            return self._torchstat_frame(None)
         df = modelprof_frame(self.rows, self.timed)
         if self.timed:  # each row's span as read: what it proves a roof by (dropped below)
             df = with_read_times(df, self.rows)
@@ -386,8 +388,9 @@ class Report(Exports):
         (their shares of the totals, %) and, when timed, ``latency_ms`` (sum of the leaves'
         instrumented latencies) and ``latency_pct`` (its share of the instrumented pass): what
         a kind of layer costs against what it takes; a training step's ``backward_macs``,
-        ``backward_flops`` and, timed, ``backward_latency_ms`` too. Index: ``layer_type``; sorted
-        by FLOPs, largest first."""
+        ``backward_flops`` and, timed, ``backward_latency_ms`` too. With per-layer times, their
+        rough flags (``latency_rough``, ``backward_latency_rough``): a sum with a rough row in it
+        is rough. Index: ``layer_type``; sorted by FLOPs, largest first."""
         leaves = [r for r in self.rows if r.leaf]
         kinds = [
             r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
@@ -406,6 +409,9 @@ class Report(Exports):
             data["backward_latency_ms"] = [r.backward_latency_ms for r in leaves]
         frame = pd.DataFrame(data)
         out = frame.groupby("layer_type", sort=False).sum(min_count=1)
+        flags = self._leaf_rough_flags()
+        for flag, rough in flags.items():  # any rough leaf makes its group's sum rough
+            out[flag] = pd.Series(rough).groupby(kinds, sort=False).any().reindex(out.index)
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
@@ -445,17 +451,32 @@ class Report(Exports):
             return self._torchstat_frame(view.depth), None, None
         return self.to_dataframe(), _display_totals(self.totals), end_to_end
 
+    def _leaf_rough_flags(self) -> dict[str, list[bool]]:
+        """The per-layer rough flags (``latency_rough``, ``backward_latency_rough``) of the leaf
+        rows, in order; none where the report has no per-layer times."""
+        if not self.timed:
+            return {}
+        df = self.to_dataframe()
+        flags = [f for f in _ROUGH_FLAGS if f in df.columns]
+        return {f: df.loc[df["leaf"], f].astype(bool).tolist() for f in flags}
+
     def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
         """torchstat's leaf table; with ``depth=k`` the tree collapsed to depth k (each row
-        sums its subtree), so the rows still add up to the total."""
-        if depth is None:  # a ViewOptions checked ``depth`` when it was made
-            return self.to_dataframe("torchstat")
-        rows = [
-            dataclasses.replace(r, leaf=True)
-            for r in self.rows
-            if r.depth == depth or (r.leaf and r.depth < depth)
+        sums its subtree), so the rows still add up to the total. With per-layer times its
+        ``latency_rough`` marks a rough row's duration, and the total's where any is rough."""
+        # (a ViewOptions checked ``depth`` when it was made)
+        chosen = [
+            i
+            for i, r in enumerate(self.rows)
+            if (r.leaf if depth is None else r.depth == depth or (r.leaf and r.depth < depth))
         ]
-        return torchstat_frame(rows, self.timed)
+        rows = [dataclasses.replace(self.rows[i], leaf=True) for i in chosen]
+        df = torchstat_frame(rows, self.timed)
+        flags = None if self.layer_timing is None else self.to_dataframe().get("latency_rough")
+        if flags is not None:
+            rough = [bool(flags.iloc[i]) for i in chosen if self.rows[i].kind == "module"]
+            df["latency_rough"] = [*rough, any(rough)]
+        return df
 
     def _view(
         self, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
@@ -469,8 +490,12 @@ class Report(Exports):
         update: dict[str, Any] = {}
         if view.style == "torchstat":
             update["depth"] = None  # already applied (group_by refused it in _table)
-        if compact and view.style == "modelprof" and view.group_by is None and view.columns is None:
+        per_layer = view.style == "modelprof" and view.group_by is None
+        if compact and per_layer and view.columns is None:
             update["columns"] = compact_columns(df)
+        elif compact and not per_layer and view.columns in (None, "compact"):
+            # a grouped or torchstat table whole, its rough flags said by their marks (~)
+            update["columns"] = [c for c in df.columns if c not in _ROUGH_FLAGS]
         return df, totals, end_to_end, view.replace(**update) if update else view
 
     def export(

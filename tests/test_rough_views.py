@@ -1,0 +1,88 @@
+"""Rough per-layer times stay marked in the views that sum or restyle the rows: the per-layer-type
+table (``by_layer_type``, ``group_by="layer_type"``) and torchstat's (its ``duration``). A sum with
+a rough row in it is rough. Roughness is forced, never waited for: a budget that stops the
+per-layer passes short of ``min_samples`` (with no extension), or one row flagged by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from torch import nn
+
+import modelprof.report.report as report_module
+from modelprof import profile
+from modelprof.render.csvio import read_csv
+from modelprof.timing.calibration import Spin, spin_model
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::modelprof.errors.ModelProfWarning"),
+    pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning"),
+]
+
+
+def _lines(text: str, *words: str) -> list[str]:
+    return [line for line in text.splitlines() if all(w in line for w in words)]
+
+
+@pytest.fixture
+def one_rough_relu(monkeypatch):
+    """A spin then a ReLU, its per-layer passes taken as whole (no reason for every row to be
+    rough) and the ReLU's row alone flagged rough, whatever the machine's load did (for the
+    test's time: its views read the flags as they render)."""
+    monkeypatch.setattr(report_module.Report, "_rough_reason", lambda self: None)
+    monkeypatch.setattr(report_module, "_short_own_rows", lambda df: df["module"].eq("1"))
+    return profile(nn.Sequential(Spin(2.0), nn.ReLU()), (4,), warmup=1, repeat=3, roofline=False)
+
+
+def test_a_layer_type_is_rough_where_a_row_summed_into_it_is(one_rough_relu, tmp_path):
+    r = one_rough_relu
+    flags = r.to_dataframe().set_index("module")["latency_rough"]
+    assert flags.to_dict() == {"": False, "0": False, "1": True}  # as forced above
+    kinds = r.by_layer_type()
+    # the Spin's row is typed "other", the ReLU's "activation": only the latter holds a rough row
+    assert kinds["latency_rough"].to_dict() == {"other": False, "activation": True}
+    for fmt in ("text", "markdown"):
+        out = r.export(fmt, group_by="layer_type")
+        assert "latency rough" not in out  # said by the marks, not by a column
+        # the activation row's latency and its share: both "~"; the other row's: neither
+        (act,) = _lines(out, "activation")
+        (other,) = [line for line in _lines(out, "other") if "end-to-end" not in line]
+        assert act.count("~") == 2 and "~" not in other, out
+    tex = r.to_latex(group_by="layer_type", width=None)
+    (act,) = _lines(tex, "activation &")
+    (other,) = _lines(tex, "other &")
+    assert act.count("\\textcolor{gray}{\\textasciitilde{}") == 2 and "textcolor" not in other
+    html = r.to_html(group_by="layer_type")
+    assert html.count('class="r rough"') == 2  # the activation row's two cells, greyed
+    # the flag goes to a file, and reads back exactly
+    back = read_csv(r.to_csv(tmp_path / "types.csv", group_by="layer_type"))
+    pd.testing.assert_frame_equal(back, pd.DataFrame(kinds).reset_index(), check_exact=True)
+
+
+def test_torchstat_duration_is_marked_like_latency(one_rough_relu):
+    r = one_rough_relu
+    ts = r.to_dataframe("torchstat").set_index("module name")["latency_rough"]
+    # the total's duration sums the rough ReLU's: rough too
+    assert ts.to_dict() == {"0": False, "1": True, "total": True}
+    text = r.to_text(style="torchstat")
+    assert "latency rough" not in text
+    rows = {line.split()[0]: line for line in _lines(text, "%")}
+    assert "~" not in rows["0"] and "~" in rows["1"] and "~" in rows["total"]
+
+
+def test_rows_short_of_the_stop_rule_are_rough_in_every_grouped_view():
+    # a 20 ms spin in a 0.05 s budget with no extension: fewer per-layer passes than
+    # min_samples=10, so every row is rough (test_profile_timing's forcing)
+    r = profile(
+        spin_model((20.0, 5.0)), (4,), warmup=1, budget_s=0.05, layer_extend_s=0, roofline=False
+    )
+    assert r.layers_rough
+    (row,) = _lines(repr(r.by_layer_type()), "other")
+    assert row.count("~") == 2  # the latency and its share
+    tex = r.to_latex(group_by="layer_type", width=None)
+    assert "Per-layer times marked \\textasciitilde{} are rough" in tex
+    (row,) = _lines(tex, "other &")
+    assert row.count("\\textasciitilde{}") == 2
+    text = r.to_text(style="torchstat", depth=1)
+    durations = [line for line in text.splitlines() if line.rstrip().endswith("B") and "%" in line]
+    assert len(durations) == 3 and all("~" in line for line in durations)  # 0, 1 and total
