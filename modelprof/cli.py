@@ -910,7 +910,6 @@ def _run_compare(ctx: _Context) -> None:
 
 def _run_throughput(ctx: _Context) -> None:
     from modelprof.render import to_markdown
-    from modelprof.render.formats import export
     from modelprof.render.options import ViewOptions
     from modelprof.report.plots import plot_throughput
     from modelprof.timing import measure_throughput
@@ -949,24 +948,13 @@ def _run_throughput(ctx: _Context) -> None:
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
             stem, caption = f"{name}_throughput", f"{name} throughput"
             caption += " (whole training steps)" if args.backward else ""
-            if result.notes:
-                caption += f"; ~ rough: {len(result.notes)} batch size(s) slower than a bigger one"
             if result.timing_notes:
                 caption += "; timed on a loaded or changing machine (see the notes)"
+            # (each format reads its own of these; the result adds what ~ marks)
+            named = ViewOptions(caption=caption, title=caption)
             ctx.write_formats(
                 stem,
-                lambda f, p: export(
-                    f,
-                    curve,
-                    env=result.env,
-                    path=p,
-                    view=ViewOptions(  # each format reads its own of these
-                        caption=caption,
-                        title=caption,
-                        standalone=True,
-                        summary=(caption, *result.notes, *result.timing_notes),
-                    ),
-                ),
+                lambda f, p: result.export(f, p, view=named),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )
 

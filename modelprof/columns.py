@@ -255,7 +255,8 @@ _group(
 _group(
     "compare",
     ("fps", "FPS", "float"),
-    ("samples_per_s", "samples/s", "float"),
+    # (a throughput point's: over the same runs as its latency, rough where that is)
+    ("samples_per_s", "samples/s", "float", {"rough": True}),
     ("batch_size", "batch size", "int"),
     ("throughput_samples_per_s", "throughput (samples/s)", "float"),
     ("throughput_batch_size", "throughput batch", "int"),
@@ -264,7 +265,8 @@ _group(
     ("latency_ci_high_ms", "latency 95% CI high", "time_ms"),
     ("latency_x_ci_low", "latency ratio CI low", "multiple"),
     ("latency_x_ci_high", "latency ratio CI high", "multiple"),
-    ("latency_n", "n", "int"),
+    # the runs a latency rests on: whole numbers, <NA> where none ran (a failed model)
+    ("latency_n", "n", "int", {"dtype": "Int64"}),
     ("latency_stable", "stable", "bool"),
     ("cpu_work_median_ms", "CPU work median", "time_ms"),
     ("cpu_work_ci_low_ms", "CPU work 95% CI low", "time_ms"),

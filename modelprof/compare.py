@@ -363,6 +363,8 @@ def _table(
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
     _keep_types(df, rows)
+    if "latency_n" in df.columns:  # whole numbers, <NA> for a model that failed
+        df["latency_n"] = df["latency_n"].astype("Int64")
     if timing_attrs:  # 1 the fastest, ties where the rounds cannot order two; none unranked
         ranks = timing_attrs.get("ranks") or {}
         df["rank"] = registry.whole_column([ranks.get(name) for name in df.index])

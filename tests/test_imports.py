@@ -16,9 +16,10 @@ LAYERS = [
     {"modelprof.errors", "modelprof.columns"},
     {"modelprof.runtime"},
     {"modelprof.counting"},
+    # the exporters read frames alone: below timing, whose results (a throughput curve) export
+    {"modelprof.render"},
     {"modelprof.timing"},
     {"modelprof.step", "modelprof.distributed"},
-    {"modelprof.render"},
     {"modelprof.report"},
     # generation builds a Report per phase (as profile does) and loads models for its CLI
     {

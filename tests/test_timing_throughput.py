@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import blocked
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.render.options import ViewOptions
 from modelprof.timing import Throughput, ThroughputPoint, measure_throughput
 from modelprof.timing.calibration import spin
 from modelprof.timing.layers import is_oom
@@ -131,7 +133,7 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
         "latency_ci_high_ms",
         "latency_n",  # how many batches a point rests on (a newcomer saw no n anywhere)
         "samples_per_s",
-        "peak_memory_bytes",
+        # (no peak_memory_bytes: the CPU keeps no allocator peak, and a report leaves it out)
         "loaded",
         # the point disagrees with a bigger batch (tests/test_agreement_*), or read loaded
         "latency_rough",
@@ -327,3 +329,74 @@ def test_a_flattening_that_loaded_points_show_is_not_concluded():
     assert loaded.to_dataframe()["latency_n"].tolist() == [10, 10, 10]
     quiet = Throughput([points[0], point(16, 80.0, 80.0)], "no_improvement", env=env)
     assert "the curve has flattened" in quiet.stop_explanation
+
+
+def _loaded_curve(**point_args) -> Throughput:
+    """Batch 8 quiet (its wall clock its CPU work), 16 and 32 read at twice their CPU work with
+    another core's worth of work beside them: loaded, so rough (as the test above builds it)."""
+
+    def point(batch: int, ms: float, cpu: float) -> ThroughputPoint:
+        m = Measurement(
+            np.linspace(0.98, 1.02, 10) * ms,
+            cpu_ms=np.full(10, cpu),
+            competing_cores=0.0 if cpu == ms else 1.0,
+            blocks=np.repeat(np.arange(5), 2),
+        )
+        sps = batch / (ms / 1e3)
+        return ThroughputPoint(batch, m.median_ms, sps, measurement=m, **point_args)
+
+    points = [point(8, 40.0, 40.0), point(16, 160.0, 80.0), point(32, 320.0, 160.0)]
+    return Throughput(points, "no_improvement", env={"gain": 0.05, "patience": 2})
+
+
+def _cells(text: str, batch: str) -> list[str]:
+    """The cells of the Markdown row of ``batch``."""
+    (row,) = [
+        r for r in text.splitlines() if r.startswith("|") and r.split("|")[1].strip() == batch
+    ]
+    return [c.strip() for c in row.split("|")[1:-1]]
+
+
+def test_a_throughput_curve_exports_in_every_registered_format(tmp_path):
+    # a newcomer's curve.to_csv("tp.csv"): AttributeError, though the command line wrote one
+    from modelprof.render import read_csv, read_json
+    from modelprof.render.formats import table_formats
+
+    tp = _loaded_curve()
+    df = tp.to_dataframe()
+    assert all(hasattr(tp, f"to_{f.name}") for f in table_formats())
+    # CPU points keep no allocator peak: the column is left out, not a column of None
+    assert "peak_memory_bytes" not in df.columns
+    back = read_csv(tp.to_csv(tmp_path / "tp.csv"))
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    rows, totals, env = read_json(tp.to_json())
+    pd.testing.assert_frame_equal(rows, df, check_exact=True)
+    assert totals is None and env["best_batch_size"] == tp.best_batch_size and "points" not in env
+    md = str(tp.to_markdown())
+    # batch 16 and 32 were loaded: their latency and samples/s marked, batch 8's not; the
+    # caption says what the marks mean, the notes below say why
+    assert "~ rough: batch 16, 32 timed on a loaded machine" in md.replace("\\~", "~")
+    header = _cells(md, "batch size")
+    assert "latency rough" not in header and "loaded" in header  # the flag said by its marks
+    for batch, marked in (("8", False), ("16", True), ("32", True)):
+        cells = dict(zip(header, _cells(md, batch)))
+        for column in ("latency", "samples/s"):
+            assert cells[column].startswith("~") == marked, (batch, column)
+    assert tp.stop_explanation in md and tp.timing_notes[0] in md
+    # greyed: 2 loaded rows x 4 cells (latency, its interval's two bounds, samples/s)
+    assert str(tp.to_latex(width=None)).count("\\textcolor{gray}") == 2 * 4
+    assert str(tp.to_html()).count('class="r rough"') == 2 * 4
+    # a caption of one's own keeps what the marks mean
+    own = str(tp.to_text(view=ViewOptions(caption="mine", title="mine")))
+    assert own.splitlines()[0] == "mine; ~ rough: batch 16, 32 timed on a loaded machine"
+    with pytest.raises(ModelProfError, match="rows are its batch sizes"):
+        tp.to_markdown(group_by="layer_type")
+
+
+def test_a_throughput_curves_peak_memory_reads_back_where_kept(tmp_path):
+    # CUDA's allocator peak (here given): a float64 column, as the registry declares it
+    from modelprof.render import read_csv
+
+    df = _loaded_curve(peak_memory_bytes=2**20).to_dataframe()
+    assert df["peak_memory_bytes"].dtype == "float64" and (df["peak_memory_bytes"] == 2**20).all()
+    pd.testing.assert_frame_equal(read_csv(_loaded_curve(peak_memory_bytes=2**20).to_csv()), df)

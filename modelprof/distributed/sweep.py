@@ -249,7 +249,7 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
     ordered = [c for c in (*head, *middle, *tail) if c in seen]
     frame = pd.DataFrame.from_records(records, columns=ordered)
-    for column in (*COUNTED_COLUMNS, "tokens"):  # whole numbers, missing where none (<NA>)
+    for column in (*COUNTED_COLUMNS, "tokens", "latency_n"):  # whole numbers, <NA> where none
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
     for prefix in ("latency", "backward_latency"):

@@ -19,6 +19,7 @@ import dataclasses
 import gc
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,6 +36,8 @@ from modelprof.errors import (
     check_int,
     warn_user,
 )
+from modelprof.render.formats import Exports, get_format
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
@@ -125,8 +128,10 @@ class ThroughputPoint:
 
 
 @dataclasses.dataclass(eq=False)
-class Throughput:
-    """The measured curve (sorted by batch size), its best point and how the search ended.
+class Throughput(Exports):
+    """The measured curve (sorted by batch size), its best point and how the search ended;
+    ``to_<format>`` (``to_csv``, ``to_markdown``, ``to_latex``...) for every registered format
+    (:meth:`export`).
 
     ``stop_reason``: ``"no_improvement"``, ``"oom"`` (then ``max_fit_batch`` is the largest batch
     that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``.
@@ -252,13 +257,68 @@ class Throughput:
         return self.to_dataframe()
 
     def to_dataframe(self) -> Any:
-        """One row per batch size: ``_COLUMNS`` and ``latency_rough``."""
+        """One row per batch size: ``_COLUMNS`` and ``latency_rough``; ``peak_memory_bytes``
+        only where an allocator kept one (CUDA's), as a report's."""
         values = [[getattr(p, k) for k in _COLUMNS] for p in self.points]
         df = pd.DataFrame(values, columns=list(_COLUMNS))  # NaN, not the JSON's None
         rough = {d.point for d in self.disagreements}
         df[_ROUGH] = [f"batch {p.batch_size}" in rough or p.loaded for p in self.points]
         df["latency_n"] = df["latency_n"].astype("Int64")  # (a point without runs: <NA>)
-        return df
+        if all(p.peak_memory_bytes is None for p in self.points):
+            return df.drop(columns="peak_memory_bytes")
+        return df.astype({"peak_memory_bytes": "float64"})  # (the registry's: NaN where none)
+
+    def export(
+        self, format: str, path: str | Path | None = None, *, view: Any = None, **options: Any
+    ) -> str | Path:
+        """The curve (:meth:`to_dataframe`) in any registered format: a human one captioned
+        with the search (its best point, what the ``~`` marks mean), a page (HTML, Markdown,
+        unless ``standalone=False``) with how it stopped and the notes below, its rough flag
+        said by the marks alone unless ``columns`` names it; a raw one every column, raw
+        numbers (CSV reads back exactly), JSON with :meth:`to_dict` less its points as the
+        environment. ``view=ViewOptions(...)`` or its fields as keywords (``columns``,
+        ``units``...), as every exporter takes them. The text, or ``path`` written."""
+        fmt = get_format(format)
+        check_read_by(fmt.name, options)
+        given = ViewOptions.parse(view, **options)
+        for name, own in (("style", "modelprof"), ("group_by", None), ("depth", None)):
+            if getattr(given, name) != own:  # a row per batch size: no layers to shape
+                raise ModelProfError(
+                    f"{name}={getattr(given, name)!r} is a per-layer table's view; a throughput "
+                    "curve's rows are its batch sizes"
+                )
+        df = self.to_dataframe()
+        head, legend = self._heading()
+        heading = head + legend
+        summary = (heading, self.stop_explanation, *self.notes, *self.timing_notes)
+        given = given.with_defaults(
+            options, caption=heading, title=heading, summary=summary, standalone=True
+        ).replace(show_totals=False)  # (no totals: the points are no sum)
+        for name in ("caption", "title"):  # one of the caller's keeps what the ~ marks mean
+            own = getattr(given, name)
+            if legend and own not in (None, heading) and legend not in own:
+                given = given.replace(**{name: own.rstrip(". ") + legend})
+        if fmt.human and given.columns in (None, "compact"):
+            given = given.replace(columns=[c for c in df.columns if c != _ROUGH])
+        env = None if fmt.human else {k: v for k, v in self.to_dict().items() if k != "points"}
+        return fmt.write(df, None, env=env, path=path, view=given)
+
+    def _heading(self) -> tuple[str, str]:
+        """The curve in a line (where, what a sample is, the best point), and the legend of
+        the ``~`` marks where some are set (a point slower than a bigger batch, or loaded)."""
+        what = "whole training steps" if self.env.get("backward") else "forward"
+        b = self.best
+        head = (
+            f"throughput on {self.device} ({what}): best {b.samples_per_s:,.1f} samples/s at "
+            f"batch {b.batch_size}"
+        )
+        legend = ""
+        if self.notes:
+            legend += f"; ~ rough: {len(self.notes)} batch size(s) slower than a bigger one"
+        loaded = [p.batch_size for p in self.points if p.loaded]
+        if loaded:
+            legend += f"; ~ rough: batch {', '.join(map(str, loaded))} timed on a loaded machine"
+        return head, legend
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _SUMMARY}
