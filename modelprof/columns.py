@@ -254,12 +254,15 @@ _group(
 )
 _group(
     "compare",
-    ("fps", "FPS", "float"),
+    ("fps", "FPS", "float", {"rough": True}),  # 1 / the latency median: rough with it
     # (a throughput point's: over the same runs as its latency, rough where that is)
     ("samples_per_s", "samples/s", "float", {"rough": True}),
     ("batch_size", "batch size", "int"),
     ("throughput_samples_per_s", "throughput (samples/s)", "float"),
     ("throughput_batch_size", "throughput batch", "int"),
+    # its best point loaded or slower than a bigger batch; a ratio with such a side
+    ("throughput_samples_per_s_rough", "throughput rough", "bool"),
+    ("throughput_x_rough", "throughput ratio rough", "bool"),
     ("latency_median_ms", "latency median", "time_ms"),
     ("latency_ci_low_ms", "latency 95% CI low", "time_ms"),
     ("latency_ci_high_ms", "latency 95% CI high", "time_ms"),

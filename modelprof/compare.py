@@ -110,11 +110,16 @@ def compare(
     Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
     write_bytes``); with ``timing``, ``latency_median_ms`` with its 95 % interval
     (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
-    latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``; on
+    latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``,
+    ``latency_rough`` (its wall clock no figure to quote: loaded or too few runs, as a
+    report's end-to-end row is judged; marked ``~``, ``attrs["unquotable"]`` says why); on
     the CPU ``cpu_work_median_ms`` with its interval, ``cpu_work_x`` with its interval,
     ``wall_over_cpu`` and ``loaded`` (``Measurement.loaded``); ``rank`` (1 = fastest, by
     ``attrs["ranked_by"]``); with ``throughput``
-    ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``; with
+    ``throughput_samples_per_s, throughput_batch_size`` and
+    ``throughput_samples_per_s_rough`` (its best point loaded or slower than a bigger batch,
+    ``attrs["rough_throughput"]``; ``throughput_x_rough`` a ratio with such a side)
+    (``measure_throughput``; with
     ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
     batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
     timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
@@ -362,6 +367,12 @@ def _table(
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
+    flag = "throughput_samples_per_s_rough"
+    if flag in df.columns:  # a ratio with a rough side is rough; the caption says whose
+        rough = df[flag].eq(True)
+        df["throughput_x_rough"] = rough | bool(rough[baseline])
+        if rough.any():
+            df.attrs["rough_throughput"] = [str(n) for n in df.index[rough]]
     _keep_types(df, rows)
     if "latency_n" in df.columns:  # whole numbers, <NA> for a model that failed
         df["latency_n"] = df["latency_n"].astype("Int64")
@@ -436,6 +447,9 @@ def _timing_attrs(
         "notes": [f"latency_x: {RATIO_ESTIMATOR}"],
     }
     out["notes"] += floor_notes(result.measurements.values())
+    unquotable = {n: why for n, m in result.measurements.items() if (why := _no_figure(m))}
+    if unquotable:  # for the caption: which latencies are marked ~, and why
+        out["unquotable"] = unquotable
     unranked = unranked_note(
         {name: m.n for name, m in result.measurements.items() if m.undersampled}
     )
@@ -721,10 +735,20 @@ def _latency_columns(
         "latency_stable": m.stable,
         **interval_columns("latency_x", result.ratios[name]),
         "latency_n": m.n,
+        "latency_rough": bool(_no_figure(m)),
         **cpu_work_columns(result, name),
     }
     rough_flags(checks.get(name, ()), out, ("latency_x", "cpu_work_x"))
     return out
+
+
+def _no_figure(m: Any) -> str | None:
+    """Why a model's wall-clock median is no figure to quote, as a report's end-to-end row
+    judges its clean runs (``Report._end_to_end_rough``): read on a loaded machine, or from too
+    few runs; None when it is one (``latency_rough``, said in the caption)."""
+    why = ["the machine was loaded"] if m.loaded else []
+    why += [f"too few runs, n={m.n}"] if m.undersampled else []
+    return "; ".join(why) or None
 
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
@@ -765,7 +789,11 @@ def _throughput_row(
         run.notes.append(f"{name} throughput: not measured: {e}")
         if opts.warn:
             warn_user(f"modelprof: {run.notes[-1]}", ModelProfWarning)
-        return {"throughput_samples_per_s": math.nan, "throughput_batch_size": math.nan}
+        return {
+            "throughput_samples_per_s": math.nan,
+            "throughput_batch_size": math.nan,
+            "throughput_samples_per_s_rough": False,
+        }
     for note, kind in curve.timing_warnings:
         run.notes.append(f"{name} throughput: {note}")
         if opts.warn:
@@ -776,9 +804,12 @@ def _throughput_row(
         # the best may lie past the cap (throughput_options={"max_batch": ...})
         run.notes.append(f"{name} throughput: {curve.stop_explanation}")
     best = curve.best
+    # the best point as the curve marks it: loaded, or slower than a bigger batch
+    rough = curve.to_dataframe().set_index("batch_size").at[best.batch_size, "latency_rough"]
     return {
         "throughput_samples_per_s": best.samples_per_s,
         "throughput_batch_size": best.batch_size,
+        "throughput_samples_per_s_rough": bool(rough),
     }
 
 

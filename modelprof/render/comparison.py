@@ -195,7 +195,35 @@ def compare_legend(attrs: Mapping[str, Any], shown: Collection[str] | None = Non
             parts.append(str(attrs["tied"]))
         if attrs.get("step_tied") and (shown is None or "step_rank" in shown):
             parts.append(str(attrs["step_tied"]))
-    return "; ".join(parts)
+    return "; ".join(parts + _marked(attrs, shown))
+
+
+#: the columns a model's ``latency_rough`` marks (``fps``: 1 / its median)
+_LATENCY_FIGURES = frozenset(
+    """latency_median_ms latency_ci_low_ms latency_ci_high_ms latency_p90_ms latency_std_ms
+    fps""".split()
+)
+
+
+def _marked(attrs: Mapping[str, Any], shown: Collection[str] | None) -> list[str]:
+    """What the ``~`` on a model's latency and throughput mean, where a table shows them: its
+    wall-clock median is no figure to quote (as a report's end-to-end row says it), its best
+    throughput point was loaded or slower than a bigger batch."""
+    out = []
+    unquotable = attrs.get("unquotable") or {}
+    if unquotable and (shown is None or _LATENCY_FIGURES & set(shown)):
+        by_reason: dict[str, list[str]] = {}
+        for name, why in unquotable.items():
+            by_reason.setdefault(why, []).append(name)
+        said = "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items())
+        out.append(f"latency marked ~ is no figure to quote: {said}")
+    tp = attrs.get("rough_throughput")
+    if tp and (shown is None or {"throughput_samples_per_s", "throughput_x"} & set(shown)):
+        out.append(
+            f"throughput marked ~ is rough: {', '.join(tp)} (its best batch size read on a "
+            "loaded machine or slower than a bigger one)"
+        )
+    return out
 
 
 def rank_header(attrs: Mapping[str, Any], column: str = "rank") -> str:

@@ -43,6 +43,8 @@ __all__ = [
     "LOADED_FLAG",
     "ROUGH_MARK",
     "is_rough",
+    "is_rough_cell",
+    "own_flag",
     "COMPACT_COLUMNS",
     "ROOT_LABEL",
     "TOTAL_LABEL",
@@ -305,9 +307,23 @@ class Table:
 _AT_MOST_ONE = frozenset(registry.names(kind="ratio"))
 
 
+#: a figure's statistics, which share its flag (``latency_median_ms``: ``latency_rough``)
+_FIGURE_SUFFIXES = ("_median_ms", "_p90_ms", "_std_ms", "_ms")
+
+
+def own_flag(name: str) -> str:
+    """The flag column that marks column ``name`` rough itself: ``<name>_rough`` (a
+    comparison's ratio, ``latency_x_rough``), a ratio's or figure's interval bounds sharing its
+    flag (``latency_x_ci_low``: ``latency_x_rough``; ``latency_ci_low_ms``: ``latency_rough``)
+    as its median, p90 and std do (``ttft_ms``, ``latency_median_ms``: ``ttft_rough``,
+    ``latency_rough``)."""
+    stem = name.split("_ci_")[0]
+    suffix = next((s for s in _FIGURE_SUFFIXES if stem.endswith(s) and stem != s[1:]), "")
+    return f"{stem.removesuffix(suffix)}_rough"
+
+
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
-    own = name.split("_ci_")[0]  # a ratio's interval bounds share its flag
-    if _flagged(frame, r, f"{own}_rough"):  # its own flag: a comparison's rough ratio
+    if _flagged(frame, r, own_flag(name)):  # its own flag: a comparison's rough ratio
         return True
     if not ((c := registry.column(name)) and c.rough):
         return False
@@ -321,6 +337,12 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
 
 def _flagged(frame: pd.DataFrame, r: int, flag: str) -> bool:
     return flag in frame.columns and not _is_missing(v := frame[flag].iloc[r]) and bool(v)
+
+
+def is_rough_cell(frame: pd.DataFrame, r: int, name: str) -> bool:
+    """Cell (row ``r`` by position, column ``name``) of ``frame`` is rough, as
+    :func:`is_rough` judges a table's (a figure drawn from a frame marks it so too)."""
+    return _rough(frame, r, name)
 
 
 def is_rough(table: Table, r: int, name: str) -> bool:
@@ -546,7 +568,7 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    own = {f"{n.split('_ci_')[0]}_rough" for n in names}  # a ratio's, its bounds' too
+    own = {own_flag(n) for n in names}  # a ratio's or a figure's, its bounds' too
     flags = {"latency_rough", "backward_latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *own}
     if units != "raw" and flags & set(rows.columns):
         cells = tuple(

@@ -18,7 +18,14 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render.formats import needs_package
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
-from modelprof.render.views import column_spec, module_labels, require_columns, select_rows
+from modelprof.render.views import (
+    ROUGH_MARK,
+    column_spec,
+    is_rough_cell,
+    module_labels,
+    require_columns,
+    select_rows,
+)
 from modelprof.report.roofline import add_roofline, observed_peaks, peak_words
 
 if TYPE_CHECKING:
@@ -443,7 +450,8 @@ def plot_compare(
 ) -> Figure:
     """One bar panel per metric, one bar per model (labels from a ``model``/``name`` column, else
     the index). ``metrics`` defaults to those of ``params, flops, latency_median_ms,
-    throughput_samples_per_s`` that the table has; a metric named but missing is an error."""
+    throughput_samples_per_s`` that the table has; a metric named but missing is an error. A
+    figure the table marks rough (``~``: no figure to quote) is a grey bar whose value says so."""
     if metrics is None:
         metrics = [c for c in _COMPARE_METRICS if c in getattr(compare_df, "columns", ())]
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
@@ -454,17 +462,19 @@ def plot_compare(
     fig = figure_class()(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     pos = np.arange(len(labels))
+    marked = False
     for ax, metric in zip(axes, metrics):
         spec = column_spec(metric, compare_df[metric])
         values = compare_df[metric].to_numpy(dtype=float)
-        ax.bar(pos, values, color="tab:blue")
+        rough = [is_rough_cell(compare_df, i, metric) for i in range(len(values))]
+        ax.bar(pos, values, color=["tab:gray" if r else "tab:blue" for r in rough])
         ax.set_xticks(pos, labels, rotation=30, ha="right")
         ax.set_title(spec.header)
         fmt = _value_formatter(spec.kind)
-        for p, v in zip(pos, values):
+        for p, v, r in zip(pos, values, rough):
             if np.isfinite(v):
                 ax.annotate(
-                    fmt(v),
+                    (ROUGH_MARK if r else "") + fmt(v),
                     (p, v),
                     ha="center",
                     va="bottom",
@@ -475,8 +485,11 @@ def plot_compare(
         ax.yaxis.set_major_formatter(_tick_formatter(fmt))
         ax.margins(y=0.12)  # room for the value labels
         ax.grid(axis="y", alpha=0.3)
+        marked = marked or any(rough)
     if title:
         fig.suptitle(title)
+    if marked:  # (the table's caption and notes say why)
+        fig.supxlabel(f"{ROUGH_MARK}, grey: rough, no figure to quote", fontsize=8)
     return save_figure(fig, save)
 
 
