@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import modelprof
 from modelprof import ModelProfError, profile
 from modelprof.runtime.inputs import check_input_bytes, make_inputs, parse_device, parse_input_size
 
@@ -167,3 +168,21 @@ def test_keyword_names_must_be_strings_in_args_and_kwargs() -> None:
         r"got 3",
     ):
         make_inputs(_Masked(), inputs=((torch.randn(3, 6),), {3: torch.ones(3, 4)}))
+
+
+def test_meta_inputs_for_a_model_on_the_cpu_are_refused_by_name() -> None:
+    # meta tensors have shapes but no values: no copy of them reaches the CPU, and the bare
+    # NotImplementedError ("Cannot copy out of meta tensor") named neither cause nor remedy
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 4, device="meta")
+    calls = [
+        lambda: modelprof.profile(model, x, timing=False),
+        lambda: modelprof.compare({"a": model}, inputs=x),
+        lambda: modelprof.measure_latency(model, inputs=x),
+    ]
+    for call in calls:
+        with pytest.raises(ModelProfError, match="inputs are on meta") as err:
+            call()
+        assert "runs on cpu" in str(err.value) and "device='meta'" in str(err.value)
+    # counting from the shapes stays possible: 2 rows x 4 x 4 = 32 MACs
+    assert modelprof.profile(model, x, device="meta").totals["macs"] == 32

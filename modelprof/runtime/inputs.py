@@ -216,6 +216,7 @@ def make_inputs(
         return ModelInputs(args, {}, dev, make_dtype, b)
 
     args, kwargs = split_inputs(inputs)
+    _refuse_meta_inputs(args, kwargs, dev)
     kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
     move = functools.partial(to_placement, device=dev, dtype=dt)
     args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
@@ -234,6 +235,19 @@ def make_inputs(
     _refuse_unmoved(args, kwargs, dev)
     notes = (note,) if note else ()
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def _refuse_meta_inputs(args: tuple, kwargs: dict, dev: torch.device) -> None:
+    """Refuse meta inputs (shapes without values) for a run on a real device: no copy of them
+    to ``dev`` can be made."""
+    first = next((t for t in iter_tensors((args, kwargs)) if t.is_meta), None)
+    if first is None or dev.type == "meta":
+        return
+    raise ModelProfError(
+        f"the inputs are on meta (a tensor of shape {tuple(first.shape)}: shapes without "
+        f"values) and the model runs on {dev}: pass device='meta' to count from the shapes alone, or pass "
+        f"inputs with values on {dev}"
+    )
 
 
 def batch_inputs(
