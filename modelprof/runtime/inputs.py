@@ -245,8 +245,8 @@ def _refuse_meta_inputs(args: tuple, kwargs: dict, dev: torch.device) -> None:
         return
     raise ModelProfError(
         f"the inputs are on meta (a tensor of shape {tuple(first.shape)}: shapes without "
-        f"values) and the model runs on {dev}: pass device='meta' to count from the shapes alone, or pass "
-        f"inputs with values on {dev}"
+        f"values) and the model runs on {dev}: pass device='meta' to count from the shapes "
+        f"alone, or pass inputs with values on {dev}"
     )
 
 
