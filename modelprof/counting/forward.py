@@ -26,7 +26,7 @@ from modelprof.runtime.execution import RunMode, completed, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint
-from modelprof.runtime.placement import runs_as_is
+from modelprof.runtime.placement import refuse_valueless, runs_as_is
 from modelprof.runtime.tensors import iter_tensors, shape_str
 
 __all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
@@ -52,6 +52,8 @@ def _state_for(
     convert = memory_format is not None or not runs_as_is(model, inputs.device, dtype_requested)
     if not convert and not mode.training:
         return None
+    if convert:
+        refuse_valueless(model, inputs.device)
 
     done: dict[int, torch.Tensor] = {}  # one converted tensor per original: ties stay tied
 

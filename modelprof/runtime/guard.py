@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import operator
 import threading
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 
-from modelprof.errors import ModelProfWarning, warn_user
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.snapshot import Snapshot
@@ -410,3 +411,24 @@ def set_training(model: nn.Module, mode: bool, modules: list[nn.Module] | None =
     except NotImplementedError:
         for m in model.modules():
             m.training = mode
+    except TypeError as e:
+        odd = next((m for m in model.modules() if _refuses_mode(m)), None)
+        if odd is None:  # a TypeError from inside an override that takes mode: its own
+            raise
+        name = type(odd).__name__
+        raise ModelProfError(
+            f"{name}.train() does not take mode (its override has no mode argument), and "
+            f"profiling sets eval or train mode with model.train(mode), which passes mode to "
+            f"every submodule's train: give the override one (def train(self, mode=True))"
+        ) from e
+
+
+def _refuses_mode(module: nn.Module) -> bool:
+    """``module.train`` cannot be called with a mode (an override ``def train(self)``)."""
+    try:
+        inspect.signature(module.train).bind(False)
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (a builtin): taken to accept it
+        return False
+    return False

@@ -15,7 +15,14 @@ from modelprof.runtime.device import same_device
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import MODULE_REGISTRIES
 
-__all__ = ["copy_model", "meta_copy", "model_placement", "moved_model", "runs_as_is"]
+__all__ = [
+    "copy_model",
+    "meta_copy",
+    "model_placement",
+    "moved_model",
+    "refuse_valueless",
+    "runs_as_is",
+]
 
 
 def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
@@ -36,6 +43,21 @@ def runs_as_is(model: nn.Module, device: torch.device, dtype: torch.dtype | None
 def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
     yield from model.parameters()
     yield from model.buffers()
+
+
+def refuse_valueless(model: nn.Module, device: torch.device) -> None:
+    """Refuse to copy ``model`` to a real ``device`` when a parameter or buffer of it is a meta
+    tensor (built under ``torch.device("meta")``): it has a shape and no values to copy."""
+    if device.type == "meta":
+        return
+    for kind, named in (("parameters", model.named_parameters), ("buffers", model.named_buffers)):
+        name = next((n for n, t in named() if t.is_meta), None)
+        if name is not None:
+            raise ModelProfError(
+                f"the model's {kind} are on meta ({name!r} among them) and have no values to "
+                f"copy to {device}: count it with device='meta', or materialise them first "
+                f"(model.to_empty(device={str(device)!r}), then initialise the weights)"
+            )
 
 
 def to_placement(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
@@ -62,6 +84,7 @@ def moved_model(
     same = runs_as_is(model, device, dtype)
     if same and (memory_format is None or _in_format(model, memory_format)):
         return model
+    refuse_valueless(model, device)
     cur_device, cur_dtype = model_placement(model)
     changes = (
         ("device", device if not same_device(cur_device, device) else None),

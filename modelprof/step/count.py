@@ -45,7 +45,7 @@ from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.placement import model_placement, to_placement
+from modelprof.runtime.placement import model_placement, refuse_valueless, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.step.optimizer_state import scalar_state_bytes
@@ -203,6 +203,8 @@ def step_state(
     ``memory_format``); and the map ``id(parameter) -> its alias``. Tied tensors stay tied."""
     model_device, model_dtype = model_placement(model)
     convert = not same_device(device, model_device) or (dtype is not None and dtype != model_dtype)
+    if convert:
+        refuse_valueless(model, device)
     done: dict[int, torch.Tensor] = {}
 
     def alias(t: torch.Tensor, param: bool) -> torch.Tensor:
