@@ -25,7 +25,7 @@ from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, random_kept
 from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.inputs import make_inputs, parse_input_size
+from modelprof.runtime.inputs import inputs_in_size_place, make_inputs, parse_input_size
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import shape_str
@@ -104,7 +104,8 @@ def compare(
     ``"resnet18"`` (built by :func:`modelprof.models.load_model`, named by the spec).
     ``input_size`` (batch excluded) is one shape for all, a mapping ``name -> shape``, or
     ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), recorded in
-    ``input_shape``. ``baseline`` (default: the first model) is the row the ``*_x`` ratios
+    ``input_shape``; tensors there are the inputs, as in :func:`modelprof.profile`
+    (``compare(models, x)``). ``baseline`` (default: the first model) is the row the ``*_x`` ratios
     divide by: ``macs_x = macs / baseline macs``.
 
     Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
@@ -154,7 +155,7 @@ def compare(
     if check_callback("on_step", on_step) is None:
         on_step = _say_nothing
     named = _name_models(models)
-    sizes = _input_sizes(named, input_size, inputs)
+    sizes, inputs = _input_sizes(named, input_size, inputs)
     if baseline is None:
         baseline = next(iter(named))
     elif baseline not in named:
@@ -525,8 +526,10 @@ def unique_name(name: str, taken: Any) -> str:
     return unique
 
 
-def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[str, Any]:
-    """Each model's input size (``None`` where ``inputs`` is used); unwraps ``named``'s specs."""
+def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> tuple[dict[str, Any], Any]:
+    """Each model's input size (``None`` where ``inputs`` is used), and the inputs (tensors
+    given as ``input_size`` too: ``compare(models, x)``); unwraps ``named``'s specs."""
+    input_size, inputs = inputs_in_size_place(input_size, inputs)
     if input_size is not None and inputs is not None:
         raise ModelProfError("pass input_size or inputs=, not both")
     sizes: dict[str, Any] = {}
@@ -545,7 +548,7 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[st
                 "(e.g. (3, 224, 224)), a dict of them, or inputs="
             )
         sizes[name] = size
-    return sizes
+    return sizes, inputs
 
 
 def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> dict[str, Any]:

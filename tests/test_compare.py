@@ -81,6 +81,19 @@ def test_inputs_instead_of_input_size() -> None:
     assert df.loc["wide", "input_shape"] == "3x10"
 
 
+def test_tensors_in_the_second_place_are_the_inputs_as_in_profile() -> None:
+    # compare(models, x), like profile(model, x): x is the inputs, not a shape (each model
+    # failed with "input_size=Tensor[3x10, float32] must be a tuple of ints")
+    for given in (torch.randn(3, 10), (torch.randn(3, 10),)):
+        df = compare(_pair(), given, timing=False)
+        assert "error" not in df.columns
+        # 3 samples: 3*10*20 = 600 and 3*10*40 = 1200 MACs
+        assert df.loc["narrow", "macs"] == 600 and df.loc["wide", "macs"] == 1200
+        assert df.loc["wide", "input_shape"] == "3x10"
+    with pytest.raises(ModelProfError, match="not both"):
+        compare(_pair(), torch.randn(3, 10), inputs=torch.randn(3, 10), timing=False)
+
+
 def test_input_size_per_model() -> None:
     models = {"a": nn.Linear(10, 20), "b": nn.Conv1d(1, 2, 3)}
     df = compare(models, {"a": (10,), "b": (1, 12)}, timing=False)

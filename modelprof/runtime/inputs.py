@@ -37,6 +37,7 @@ __all__ = [
     "parse_bytes",
     "check_input_bytes",
     "forward_parameters",
+    "inputs_in_size_place",
     "make_inputs",
     "parse_device",
     "parse_dtype",
@@ -175,6 +176,15 @@ def _is_shape(s: Any) -> bool:
     )
 
 
+def inputs_in_size_place(input_size: Any, inputs: Any) -> tuple[Any, Any]:
+    """``(input_size, inputs)``, where tensors given as ``input_size`` (a tensor, a tuple of
+    them, a dict holding one) are taken as ``inputs``: torchinfo's and thop's habit,
+    ``profile(model, x)`` / ``profile(model, {"input_ids": ids})``."""
+    if inputs is None and holds_tensors(input_size):
+        return None, input_size
+    return input_size, inputs
+
+
 def make_inputs(
     model: nn.Module,
     input_size: Any = None,
@@ -197,9 +207,7 @@ def make_inputs(
     if batch_size is not None:
         batch_size = check_int("batch_size", batch_size)
 
-    if inputs is None and holds_tensors(input_size):
-        # torchinfo's and thop's habit: profile(model, x) / profile(model, {"input_ids": ids})
-        input_size, inputs = None, input_size
+    input_size, inputs = inputs_in_size_place(input_size, inputs)
     if (input_size is None) == (inputs is None):
         raise ModelProfError(
             "pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
