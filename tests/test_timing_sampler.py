@@ -217,7 +217,14 @@ def test_signature_sees_dtype_layout_and_flags():
         # a string of seconds read as a range error ("must be ... > 0"): it says the type
         (
             dict(budget_s="1"),
-            r"budget_s='1' must be a number of seconds > 0 \(an int or a float, not str\)",
+            r"budget_s='1' must be a finite number of seconds > 0 \(an int or a float, not str\)",
+        ),
+        # nan and inf are floats: refused as not finite, not as the wrong type ("not float")
+        (dict(budget_s=float("nan")), r"budget_s=nan must be a finite number of seconds > 0$"),
+        (dict(budget_s=float("inf")), r"budget_s=inf must be a finite number of seconds > 0$"),
+        (
+            dict(floor_extend_s=float("-inf")),
+            r"floor_extend_s=-inf must be a finite number of seconds >= 0 \(0: never",
         ),
         (dict(min_samples=0), "min_samples=0"),
         (dict(min_samples=50, max_samples=10), "max_samples=10"),

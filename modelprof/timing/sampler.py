@@ -104,9 +104,11 @@ def _real(value: Any) -> bool:
 def check_seconds(name: str, value: Any, allow_zero: bool, what_zero: str = "") -> float:
     """``value`` as seconds, or a ModelProfError naming it (``what_zero``: what 0 means)."""
     if not _real(value) or value < 0 or (value == 0 and not allow_zero):
-        kind = "" if _real(value) else f" (an int or a float, not {type(value).__name__})"
-        raise ModelProfError(
-            f"{name}={value!r} must be a number of seconds {'>= 0' if allow_zero else '> 0'}"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        kind = "" if number else f" (an int or a float, not {type(value).__name__})"
+        raise ModelProfError(  # "finite": nan and inf are floats, and refused too
+            f"{name}={value!r} must be a finite number of seconds "
+            f"{'>= 0' if allow_zero else '> 0'}"
             + (f" (0: {what_zero})" if what_zero else "")
             + kind
         )
