@@ -92,7 +92,7 @@ INPUT_HELP = (
 TOKENS_HELP = (
     "sequence length of token inputs built for a language model, as calflops does: "
     "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
-    "(config.vocab_size or its embedding) and an all-ones attention_mask when the "
+    "(config.vocab_size, else its first nn.Embedding) and an all-ones attention_mask when the "
     "forward takes one; --input adds or replaces named inputs"
 )
 

@@ -14,6 +14,7 @@ from torch import nn
 from modelprof import token_inputs
 from modelprof.cli import main, parse_input_arg
 from modelprof.errors import ModelProfError
+from modelprof.runtime.inputs import vocab_size
 
 pytest.importorskip("transformers")
 
@@ -83,6 +84,34 @@ def test_token_inputs_values() -> None:
         token_inputs(nn.Linear(12, 2), 12)
     ids = token_inputs(nn.Linear(12, 2), 12, vocab=7)[0]
     assert int(ids.max()) < 7  # given the range, the same model takes token ids
+
+
+class _PositionedLM(nn.Module):
+    """A hand-written LM whose position table (512 rows) is larger than its vocabulary (100)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(100, 8)
+        self.pos = nn.Embedding(512, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.tok(input_ids) + self.pos(torch.arange(input_ids.shape[1]))
+
+
+def test_token_ids_come_from_the_token_table_not_the_largest_embedding() -> None:
+    model = _PositionedLM()
+    ids = token_inputs(model, 64, batch_size=8)["input_ids"]
+    # 512 ids drawn from [0, 100): the first registered Embedding (tok) is the vocabulary;
+    # drawn below the largest table (pos, 512 rows) they reached 510 here and tok raised
+    assert int(ids.max()) < 100 and vocab_size(model) == 100
+    model(ids)  # the forward takes them
+    # a transformers model without an input embedding (ResNetModel raises
+    # NotImplementedError from get_input_embeddings) is told to give vocab=, not a traceback
+    from transformers import ResNetConfig, ResNetModel
+
+    resnet = ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8] * 4, depths=[1] * 4))
+    with pytest.raises(ModelProfError, match=r"vocab=1000"):
+        token_inputs(resnet, 12)
 
 
 def test_parse_input_arg() -> None:

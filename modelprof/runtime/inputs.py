@@ -489,23 +489,30 @@ def build_inputs(
 
 
 def vocab_size(model: nn.Module) -> int:
-    """The number of token ids ``model`` embeds: ``config.vocab_size``, else its embeddings'."""
+    """The number of token ids ``model`` embeds: ``config.vocab_size``, else the rows of its
+    ``get_input_embeddings()`` (a transformers model's), else of its first registered
+    ``nn.Embedding``: the token table comes first in GPT-2, BERT, Llama and the usual
+    hand-written LMs, before a position table that may have more rows (ids drawn below the
+    largest table overran the token table)."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)
     if is_int(size) and size > 0:
         return int(size)
     get = getattr(model, "get_input_embeddings", None)
-    emb = get() if callable(get) else None
+    try:
+        emb = get() if callable(get) else None
+    except NotImplementedError:  # transformers' where the model has none (ResNetModel)
+        emb = None
     if isinstance(emb, nn.Embedding):
         return emb.num_embeddings
-    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
-    if not sizes:
+    first = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    if first is None:
         raise ModelProfError(
             f"{type(model).__name__} has no nn.Embedding and no config.vocab_size to draw "
             "token ids from: give their range (vocab=1000; the CLI: --input "
             "input_ids:int64[128]:0-1000), or, for a model that takes no token ids, an input "
             "size instead of tokens"
         )
-    return max(sizes)
+    return first.num_embeddings
 
 
 def token_inputs(
