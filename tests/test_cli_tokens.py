@@ -114,6 +114,33 @@ def test_token_ids_come_from_the_token_table_not_the_largest_embedding() -> None
         token_inputs(resnet, 12)
 
 
+class _KwargsLM(nn.Module):
+    """A forward whose ids are its first positional parameter, with **kwargs after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(10, 4)
+
+    def forward(self, tokens: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return self.tok(tokens)
+
+
+class _KeywordsOnly(_KwargsLM):
+    def forward(self, *args: object, **kwargs: torch.Tensor) -> torch.Tensor:  # a wrapper's
+        return self.tok(kwargs["input_ids"])
+
+
+def test_ids_go_positionally_to_a_first_positional_parameter_despite_kwargs() -> None:
+    model = _KwargsLM()
+    made = token_inputs(model, 5, batch_size=2)
+    # forward(tokens, **kwargs) binds a positional id tensor to tokens; {"input_ids": ids}
+    # went into **kwargs and left tokens missing (a TypeError in the forward)
+    assert isinstance(made, tuple) and made[0].shape == (2, 5)
+    assert model(*made).shape == (2, 5, 4)  # batch 2, 5 tokens, width 4
+    # a forward with nothing but *args and **kwargs still gets them by name
+    assert set(token_inputs(_KeywordsOnly(), 5)) == {"input_ids"}
+
+
 def test_parse_input_arg() -> None:
     spec = parse_input_arg("input_ids:int64[128]:0-30522")
     assert (spec.name, spec.dtype, spec.shape, spec.low, spec.high) == (

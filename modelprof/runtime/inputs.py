@@ -525,7 +525,8 @@ def token_inputs(
 ) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
     """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
     ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
-    without ``input_ids``, and an all-ones ``attention_mask`` when the forward takes one."""
+    without ``input_ids`` (:func:`_ids_go_positionally`), and an all-ones ``attention_mask``
+    when the forward takes one."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     seq_len = check_int("seq_len", seq_len)
@@ -547,10 +548,19 @@ def token_inputs(
     what = f"token inputs of batch_size {batch_size} x seq_len {seq_len} need {bytes_text(need)}"
     refuse_beyond_memory(what, tokens, need, where)
     made = build_inputs(specs, batch_size, device)
-    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    if "input_ids" not in params and not takes_kwargs:
+    if "input_ids" not in params and _ids_go_positionally(params):
         return (made["input_ids"],)
     return made
+
+
+def _ids_go_positionally(params: dict[str, inspect.Parameter]) -> bool:
+    """A forward without an ``input_ids`` parameter takes the ids positionally, unless all it
+    has for them is ``**kwargs`` (``forward(*args, **kwargs)``, a wrapper's): its first
+    parameter a positional one (``forward(self, tokens, **kwargs)``), or no ``**kwargs``."""
+    first = next(iter(params.values()), None)
+    if first is not None and first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+        return True
+    return not any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def shape_as_inputs_hint(error: BaseException, args: Any, kwargs: Any = None) -> str:
