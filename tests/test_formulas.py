@@ -13,6 +13,8 @@ from helpers import Fn
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
+from modelprof.counting.formulas.attention import attention_cost
+from modelprof.counting.formulas.conv import conv_cost
 from modelprof.counting.formulas.pointwise import _filter_taps, _scale
 
 
@@ -99,6 +101,30 @@ def test_linear_on_3d_input():
     t = totals(nn.Linear(4, 5), torch.randn(2, 3, 4))
     # 2*3 = 6 tokens x 4 x 5 = 120 MACs; flops 240 + 30 bias adds; madd (2*4-1)*30 = 210
     assert (t["macs"], t["flops"], t["madd"]) == (120, 270, 210)
+
+
+def test_a_zero_length_contraction_has_no_madd():
+    # MAdd is (2k - 1) per output of a length-k dot product: with k = 0 there is no arithmetic
+    # at all, so 0 (2k - 1 = -1 an output gave -8, -12 and -24 below)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # init's "empty tensor" warning
+        empty = nn.Linear(0, 4)
+    t = totals(empty, torch.randn(2, 0))
+    # 2x4 outputs of length 0: no MACs, madd 0; flops the 8 bias adds alone
+    assert (t["macs"], t["flops"], t["madd"]) == (0, 8, 0)
+    assert totals(Fn(torch.mm), torch.randn(3, 0), torch.randn(0, 4))["madd"] == 0  # 3x4 outputs
+    assert totals(Fn(torch.bmm), torch.randn(2, 3, 0), torch.randn(2, 0, 4))["madd"] == 0
+    # cdist over 0 features: 3x4 = 12 pairs, no products; one square root a pair, 12 flops,
+    # and madd the same 12 (the product's -12 cancelled them)
+    t = totals(Fn(torch.cdist), torch.randn(3, 0), torch.randn(4, 0))
+    assert (t["macs"], t["flops"], t["madd"]) == (0, 12, 12)
+    # a convolution of 0 input channels: 2x4x3 = 24 outputs of length 0 x 3 = 0
+    x, w, out = (torch.empty(s, device="meta") for s in ((2, 0, 5), (4, 0, 3), (2, 4, 3)))
+    assert conv_cost(x, w, None, out, transposed=False).madd == 0  # not -24
+    # attention with 0-wide queries and keys (2 heads, 3 queries, 4 keys, values 5 wide): the
+    # 24 scores are dots of length 0 (madd 0, not -24); the 2x3x5 = 30 outputs dots of length
+    # 4, (2*4 - 1)*30 = 210; + the 24 scores' scale and softmax, 24 * (1 + 5) = 144
+    assert attention_cost(2, 3, 4, 0, 5).madd == 210 + 144
 
 
 def test_matmul_bmm_einsum_in_functional_code():

@@ -14,6 +14,7 @@ from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.registry import (
     Cost,
     arg,
+    dot_madd,
     register_ops,
     total,
     wants_probe,
@@ -45,8 +46,9 @@ def attention_cost(
     macs = scores * (d_qk + d_v)
     elementwise = scores * (1 + int(masked) + SOFTMAX_FLOPS_PER_ELEMENT)
     outputs = batch_heads * l_q * d_v if out_elements is None else out_elements
-    n_out = scores + outputs  # outputs of the two products
-    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise)
+    # the two products' madd, each 0 where its length is (d_qk = 0; l_k = 0 leaves no scores)
+    madd = dot_madd(scores * d_qk, scores) + dot_madd(scores * d_v, outputs) + elementwise
+    return Cost(macs, flops=2 * macs + elementwise, madd=madd)
 
 
 def _heads_first(cost, q, k, v, **kw) -> Cost:
@@ -309,7 +311,7 @@ def multi_head_attention_cost(
     return Cost(
         attn.macs + proj_macs,
         flops=attn.flops + 2 * proj_macs + bias_adds,
-        madd=attn.madd + 2 * proj_macs - proj_out,
+        madd=attn.madd + dot_madd(proj_macs, proj_out),
     )
 
 
@@ -355,11 +357,13 @@ def _encoder_layer(args, kwargs, out) -> Cost:
     tokens = sum(lengths)
     ffn_macs = 2 * tokens * embed * hidden  # E->F and F->E
     ffn_out = tokens * (hidden + embed)  # (their bias adds)
+    # E->F: tokens x F dots of length E; F->E: tokens x E dots of length F
+    ffn_madd = dot_madd(ffn_macs // 2, tokens * hidden) + dot_madd(ffn_macs // 2, tokens * embed)
     # two affine layer norms, the activation over F, two residual adds over E
     norms = 2 * norm_cost(tokens * embed, True, 2).flops
     elementwise = norms + tokens * hidden + 2 * tokens * embed
     return Cost(
         attn.macs + ffn_macs,
         flops=attn.flops + 2 * ffn_macs + ffn_out + elementwise,
-        madd=attn.madd + 2 * ffn_macs - ffn_out + elementwise,
+        madd=attn.madd + ffn_madd + elementwise,
     )

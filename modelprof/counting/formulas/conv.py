@@ -8,7 +8,13 @@ from typing import Any
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, first, register_formula, register_ops
+from modelprof.counting.formulas.registry import (
+    Cost,
+    dot_madd,
+    first,
+    register_formula,
+    register_ops,
+)
 
 __all__ = ["conv_cost", "conv_macs"]
 
@@ -35,7 +41,7 @@ def conv_cost(
     # madd: torchstat's (2k - 1) per output of a length-k dot product, + 1 for a bias; a
     # transposed one with a stride past its kernel leaves outputs no product reaches (k = 0)
     summed = n_out if not transposed else _reached(x.shape, out.shape, w.shape, geometry, macs)
-    return Cost(macs, flops=2 * macs + extra, madd=2 * macs - summed + extra)
+    return Cost(macs, flops=2 * macs + extra, madd=dot_madd(macs, summed) + extra)
 
 
 def _reached(x_shape, out_shape, w_shape, geometry: tuple | None, macs: int) -> int:

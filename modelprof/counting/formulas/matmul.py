@@ -10,6 +10,7 @@ import torch
 from modelprof.counting.formulas.registry import (
     Cost,
     arg,
+    dot_madd,
     optional_ops,
     register_formula,
     register_ops,
@@ -22,10 +23,10 @@ aten = torch.ops.aten
 
 
 def matmul_cost(batch: int, m: int, k: int, n: int, bias_adds: int = 0) -> Cost:
-    """[batch, m, k] @ [batch, k, n] -> [batch, m, n]: batch*m*k*n MACs; madd (2k-1) per output."""
+    """[batch, m, k] @ [batch, k, n] -> [batch, m, n]: batch*m*k*n MACs; madd (2k-1) per output
+    (0 where k = 0: :func:`dot_madd`)."""
     macs = batch * m * k * n
-    n_out = batch * m * n
-    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out)
+    return Cost(macs, flops=2 * macs + bias_adds, madd=dot_madd(macs, batch * m * n))
 
 
 def _product(at: int, per_output: int = 0):
@@ -66,7 +67,7 @@ def _trilinear(args, kwargs, out) -> Cost:
     x1, w = args[0], args[1]
     tokens = x1.numel() // x1.shape[-1] if x1.dim() else 1
     macs = tokens * w.numel() + (tokens * w.shape[0] * w.shape[-1] if w.dim() == 3 else 0)
-    return Cost(macs, flops=2 * macs, madd=2 * macs - out.numel())
+    return Cost(macs, flops=2 * macs, madd=dot_madd(macs, out.numel()))
 
 
 @register_ops("linear mkldnn_linear")
@@ -88,7 +89,7 @@ def low_precision_mm(args, kwargs, out) -> Cost:
     # per-channel/group scales are not counted
     k = args[0].shape[-1]
     n_out = out.numel()
-    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
+    return Cost(n_out * k, madd=dot_madd(n_out * k, n_out))
 
 
 # -- grouped matmul (mixture-of-experts) -------------------------------------------------------
@@ -133,7 +134,8 @@ def grouped_mm_cost(
     groups = offs.shape[0] if offs is not None else 1
     n_out = jagged * dots_per_unit if dots_per_unit else groups * fixed
     bias_adds = n_out if has_bias else 0
-    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds, note=note)
+    madd = dot_madd(macs, n_out) + bias_adds
+    return Cost(macs, flops=2 * macs + bias_adds, madd=madd, note=note)
 
 
 def _grouped(offs_at: int):
@@ -164,7 +166,7 @@ def _euclidean_dist(args, kwargs, out) -> Cost:
     pairs = out.numel()
     macs = pairs * m
     elementwise = 2 * (x1.numel() + x2.numel()) + 5 * pairs
-    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - pairs + elementwise)
+    return Cost(macs, flops=2 * macs + elementwise, madd=dot_madd(macs, pairs) + elementwise)
 
 
 @register_ops("_cdist_forward")
@@ -180,7 +182,7 @@ def _cdist_forward(args, kwargs, out) -> Cost:
     if p == 2.0:
         macs = pairs * m
         elementwise = pairs * m + pairs
-        return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - pairs + elementwise)
+        return Cost(macs, flops=2 * macs + elementwise, madd=dot_madd(macs, pairs) + elementwise)
     if p in (0.0, 1.0, float("inf")):
         return Cost(0, flops=3 * pairs * m)
     return Cost(0, flops=4 * pairs * m + pairs)

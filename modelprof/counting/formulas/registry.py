@@ -10,8 +10,9 @@ Conventions (stated once, here):
            bias adds are not MACs.
     flops  2 * macs + every other arithmetic op at its documented per-element cost.
     madd   torchstat's "MAdd": multiplications + additions; a length-k dot product is k
-           multiplications and k-1 additions, + 1 for a convolution's bias (a linear layer's
-           bias is ignored: torchstat's formulas); for every non-contraction op madd == flops.
+           multiplications and k-1 additions (none where k = 0: ``dot_madd``), + 1 for a
+           convolution's bias (a linear layer's bias is ignored: torchstat's formulas); for
+           every non-contraction op madd == flops.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.compat import optional_ops
 
-__all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula", "wants_probe"]
+__all__ = [
+    "Cost",
+    "FormulaRegistry",
+    "REGISTRY",
+    "ZERO",
+    "dot_madd",
+    "register_formula",
+    "wants_probe",
+]
 
 HigherOrderOperator = compat.HigherOrderOperator
 OpFormula = Callable[[tuple, dict, Any], "Cost"]
@@ -52,6 +61,14 @@ class Cost:
 
 
 ZERO = Cost(0, 0, 0)
+
+
+def dot_madd(macs: int, outputs: int) -> int:
+    """torchstat's MAdd of one product's ``outputs`` dot products, ``macs`` multiplications in
+    all: (2k - 1) an output of length k, i.e. 2 * macs - outputs; 0, not negative, where k = 0
+    (a zero-length contraction: an ``nn.Linear(0, n)``, a 3x0 @ 0x4 matmul) does no
+    arithmetic at all."""
+    return max(2 * macs - outputs, 0)
 
 
 def total(costs: Iterable[Cost | None]) -> Cost:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, register_formula, register_ops
+from modelprof.counting.formulas.registry import Cost, dot_madd, register_formula, register_ops
 
 __all__ = ["cudnn_has_biases", "cudnn_layout", "cudnn_weight_shapes", "rnn_cost", "rnn_layers"]
 
@@ -50,11 +50,14 @@ def rnn_cost(
         tokens, weight_shapes, hidden_per_direction, kind, directions_layers
     )
     bias_adds = tokens * gate_units * (3 if has_biases else 1)
-    # madd: (2k - 1) per gate output of each product (a bias add is not MAdd, as for addmm),
-    # + the add joining W_ih x and W_hh h (an elementwise op: MAdd = FLOPs) + the cell's work
-    n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)
+    # madd: (2k - 1) per gate output of each product (a bias add is not MAdd, as for addmm;
+    # 0 for a product of length 0, an input of no features), + the add joining W_ih x and
+    # W_hh h (an elementwise op: MAdd = FLOPs) + the cell's work
+    products = sum(
+        dot_madd(tokens * s[0] * s[1], tokens * s[0]) for s in weight_shapes if len(s) == 2
+    )
     joins = tokens * gate_units
-    return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + joins + cell)
+    return Cost(macs, flops=2 * macs + bias_adds + cell, madd=products + joins + cell)
 
 
 GATE_MODE = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
