@@ -127,6 +127,17 @@ def test_a_zero_length_contraction_has_no_madd():
     assert attention_cost(2, 3, 4, 0, 5).madd == 210 + 144
 
 
+def test_torchstat_softmax_over_an_empty_dimension():
+    # torchstat's MAdd of nn.Softmax is (3n - 1) a softmax of length n, over numel / n of them:
+    # with n = 0 it divided by zero inside the module hook, reported as the forward failing
+    def madd(x: torch.Tensor) -> int:
+        report = profile(nn.Softmax(dim=1), x, timing=False)
+        return int(report.to_dataframe(style="torchstat")["MAdd"].iloc[0])  # the Softmax's row
+
+    assert madd(torch.randn(2, 3)) == 16  # 2 softmaxes of length 3: 2 * (3*3 - 1)
+    assert madd(torch.randn(2, 0)) == 0  # 2 of length 0: no work
+
+
 def test_matmul_bmm_einsum_in_functional_code():
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     assert totals(Fn(lambda x, y: x @ y), a, b)["macs"] == 2 * 3 * 4 * 5  # 120

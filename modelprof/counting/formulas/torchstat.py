@@ -45,4 +45,6 @@ def _softmax(module, input_shapes, output_shapes):
     if not shape:
         return {}
     n = shape[module.dim if module.dim is not None else -1]
+    if n == 0:  # softmaxes of length 0: no work (and prod // n would divide by zero)
+        return {"MAdd": 0}
     return {"MAdd": (prod(shape) // n) * (3 * n - 1)}
