@@ -179,7 +179,7 @@ def compare(
     try:
         # under torchrun: the ranks agree every timing decision (sharded models), one speaks
         held.enter_context(agreed_timing(list(named.values())))
-        run.passed = _hold(held, named, inputs, run.profile_options)
+        run.passed = _hold(held, named, inputs, run)
         for name, model in named.items():
             bar.set_description(name)
             try:
@@ -319,10 +319,9 @@ class _Run:
         Returns the baseline (the first model left when the one asked for failed)."""
         while True:  # a failing latency or training step: drop it, time the others again
             try:
-                with random_kept():  # train-mode dropout, the forward's own draws: kept
-                    result = measure_interleaved(
-                        self.candidates, self.opts, baseline=baseline, mode=self.mode
-                    )
+                result = measure_interleaved(
+                    self.candidates, self.opts, baseline=baseline, mode=self.mode
+                )
                 checks = result.ratio_checks()
                 for name in rows:
                     rows[name].update(_latency_columns(result, name, checks))
@@ -556,15 +555,13 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     return {"input_shape": _input_shape(size, inputs, batch_size), **totals}
 
 
-def _hold(
-    held: contextlib.ExitStack,
-    named: Mapping[str, Any],
-    inputs: Any,
-    profile_options: Mapping[str, Any],
-) -> Snapshot:
+def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any, run: _Run) -> Snapshot:
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
-    and a snapshot of the inputs and the target, which is returned."""
+    and a snapshot of the inputs and the target, which is returned; and the random state
+    (every pass's draws: train-mode dropout, a forward's own, the made inputs)."""
+    profile_options = run.profile_options
+    held.enter_context(random_kept(run.device))
     for model in named.values():
         held.enter_context(preserved_state(model))
     held.enter_context(preserved_state(loss_module(profile_options.get("loss_fn"))))

@@ -513,8 +513,29 @@ def test_a_forwards_own_python_and_numpy_draws_are_given_back() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(x) * (random.random() + float(np.random.rand()))
 
-    python_state, numpy_state = random.getstate(), np.random.get_state()[1].copy()
-    profile(Jitter(), (4,), **FAST)  # the counting pass and every timed pass draw
-    compare({"a": Jitter(), "b": Jitter()}, (4,), repeat=5, warmup=1)
-    assert random.getstate() == python_state
-    assert np.array_equal(np.random.get_state()[1], numpy_state)
+    def streams() -> tuple:  # Python's state; numpy's key, position and cached gaussian
+        _, key, *position = np.random.get_state()
+        return random.getstate(), key.tobytes(), tuple(position), torch.get_rng_state()
+
+    models = {"a": Jitter(), "b": Jitter()}  # (their initialisation draws from torch's)
+    kept = streams()
+    profile(models["a"], (4,), **FAST)  # the counting pass and every timed pass draw
+    _unmoved(kept, streams())
+    compare(models, (4,), repeat=5, warmup=1)
+    _unmoved(kept, streams())
+    # the training steps and the throughput search each time the model again
+    compare(models, (4,), repeat=5, warmup=1, backward=True)
+    _unmoved(kept, streams())
+    search = {"max_batch": 2, "budget_s": 0.02}
+    compare(models, (4,), repeat=5, warmup=1, throughput=True, throughput_options=search)
+    _unmoved(kept, streams())
+
+
+def _unmoved(before: tuple, after: tuple) -> None:
+    names = ("python", "numpy key", "numpy position", "torch")
+    moved = [n for n, a, b in zip(names, before, after) if not _same(a, b)]
+    assert not moved, f"moved: {moved}"
+
+
+def _same(a, b) -> bool:
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b

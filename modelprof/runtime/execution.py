@@ -40,13 +40,19 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def random_kept(device: torch.device | None = None) -> Iterator[None]:
-    """torch's generators (the CPU's, and ``device``'s where it is a GPU), Python's ``random``
-    and numpy's global state given back as they were on exit: the model's random ops
-    (train-mode dropout) and its forward's own draws leave the caller's streams untouched."""
-    py, npy = random.getstate(), np.random.get_state()
+def random_kept(device: torch.device | str | None = None) -> Iterator[None]:
+    """torch's generators (the CPU's, and ``device``'s where it is a GPU; with no device, the
+    current GPU's where CUDA is in use), Python's ``random`` and numpy's global state given
+    back as they were on exit: the model's random ops (train-mode dropout) and its forward's
+    own draws leave the caller's streams untouched."""
+    device = torch.device(device) if isinstance(device, str) else device
+    if device is None and torch.cuda.is_initialized():
+        devices = [torch.cuda.current_device()]
+    else:
+        devices = [device] if device is not None and device.type == "cuda" else []
+    py, npy = random.getstate(), np.random.get_state(legacy=False)  # (any bit generator's)
     try:
-        with torch.random.fork_rng(devices=[device] if device and device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=devices):
             yield
     finally:
         random.setstate(py)

@@ -39,7 +39,7 @@ from modelprof.counting.sharding import ParamView, held
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
-from modelprof.runtime.execution import RunMode, amp_context, running
+from modelprof.runtime.execution import RunMode, amp_context, random_kept, running
 from modelprof.runtime.failure import refused_as
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import preserved_state
@@ -246,9 +246,8 @@ def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) ->
 @contextlib.contextmanager
 def step_guard(device: torch.device) -> Iterator[None]:
     """Grad on (also inside the caller's ``no_grad``/``inference_mode``), and the RNG of the
-    CPU and of ``device`` restored afterwards."""
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.inference_mode(False), torch.enable_grad():
+    CPU and of ``device``, Python's and numpy's, restored afterwards (:func:`random_kept`)."""
+    with random_kept(device), torch.inference_mode(False), torch.enable_grad():
         yield
 
 
