@@ -410,3 +410,13 @@ def test_a_column_selection_keeps_the_rows_names() -> None:
     df = pd.DataFrame({"params": [72, 288]}, index=pd.Index(["a", "b"], name="model"))
     t = prepare_table(df, units="raw", columns=["params"], show_totals=False)
     assert t.columns == ("model", "params") and [c[0] for c in t.cells] == ["a", "b"]
+    # a generation's rows are told apart by phase and context too (three (root) rows); a
+    # grouped table's by its type, torchstat's by its module name
+    df = pd.DataFrame(
+        {"phase": ["prefill", "decode"], "context": [8, 9], "module": ["", ""], "flops": [3, 1]}
+    )
+    t = prepare_table(df, units="raw", columns=["flops"], show_totals=False)
+    assert t.columns == ("phase", "context", "module", "flops")
+    for name in ("layer_type", "type", "module name"):
+        df = pd.DataFrame({name: ["conv", "relu"], "flops": [3, 1]})
+        assert prepare_table(df, units="raw", columns=["flops"]).columns == (name, "flops")

@@ -479,3 +479,6 @@ def test_the_summary_and_caption_say_autocast_and_channels_last():
     assert said in r.summary().splitlines()[0] and said in r.to_markdown().splitlines()[0]
     plain = profile(conv, (3, 8, 8), **COUNT)
     assert "(float32, cpu, batch 1)" in plain.summary().splitlines()[0]
+    # channels_last converts 4-D tensors: a 2-D input runs as it was, said as it was
+    flat = profile(nn.Linear(4, 4), (4,), channels_last=True, **COUNT)
+    assert "(float32, cpu, batch 1)" in flat.summary().splitlines()[0]

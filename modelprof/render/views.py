@@ -247,7 +247,7 @@ def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.
     if compact and "module" not in df.columns:
         return df
     if compact:
-        keys = [c for c in ("rank", "phase", "context", "batch_size") if c in df.columns]
+        keys = [c for c in _ROW_KEYS if c in df.columns]
         columns = [*keys, *compact_columns(df)]
     wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
@@ -590,16 +590,25 @@ def prepare_table(
     )
 
 
+_ROW_KEYS = ("rank", "phase", "context", "batch_size")
+_ROW_NAMES = ("module", "module name", "layer_type", "type")
+
+
 def _labelled(
     shown: pd.DataFrame, rows: pd.DataFrame, picked: pd.DataFrame, columns: Any
 ) -> pd.DataFrame:
-    """``shown`` with the column that names each row in front where ``columns=`` left it out:
-    the index :func:`with_index` showed (a comparison's ``model``), else ``module``. A table
+    """``shown`` with the columns that name each row in front where ``columns=`` left them out:
+    the index :func:`with_index` showed (a comparison's ``model``), else the keys that tell
+    rows apart (as the compact view keeps them: a generation's phase and context, ranks) and
+    the row's name (``module``; a grouped table's type, torchstat's ``module name``). A table
     whose rows (and total) have no names cannot be read."""
     if columns is None or (isinstance(columns, str) and columns in ("all", "compact")):
         return shown
-    named = list(rows.columns[: len(rows.columns) - len(picked.columns)]) or ["module"]
-    missing = [c for c in named if c in rows.columns and c not in shown.columns]
+    named = list(rows.columns[: len(rows.columns) - len(picked.columns)])
+    if not named:
+        names = [c for c in _ROW_NAMES if c in rows.columns][:1]
+        named = [c for c in _ROW_KEYS if c in rows.columns] + names
+    missing = [c for c in named if c not in shown.columns]
     return pd.concat([rows[missing], shown], axis=1) if missing else shown
 
 

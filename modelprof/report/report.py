@@ -9,6 +9,7 @@ import html
 import itertools
 import operator
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -718,12 +719,14 @@ class Report(Exports):
 
     def _dtype_words(self) -> str:
         """The inputs' dtype and how the run changed what the kernels saw: ``float32 under
-        bfloat16 autocast, channels_last`` (the counts and times are of that run)."""
+        bfloat16 autocast, channels_last`` (the counts and times are of that run; the layout
+        said where an input is 4-D, the tensors channels_last converts)."""
         mode = self.env.get("mode") or {}
         words = [str(self.dtype)]
         if mode.get("amp"):
             words[0] += f" under {str(mode['amp']).removeprefix('torch.')} autocast"
-        if mode.get("channels_last"):
+        shapes = re.findall(r"\d+(?:x\d+)*", str(self.input_shape))  # "1x3x8x8, 1x4"
+        if mode.get("channels_last") and any(s.count("x") == 3 for s in shapes):
             words.append("channels_last")
         return ", ".join(words)
 

@@ -73,17 +73,17 @@ register_ops(
 register_ops("addcmul addcmul_ addcdiv addcdiv_ lerp lerp_")(elementwise(3))
 
 
-def _scaled(args: tuple, kwargs: dict) -> bool:
-    """An add or sub that scales its second operand (``alpha`` other than 1)."""
-    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
-    return not (isinstance(alpha, (int, float)) and alpha == 1)
+def _scaled(alpha: Any) -> bool:
+    """An add or sub that scales its second operand (``alpha`` other than 1: 2, 0.5, 1 + 1j)."""
+    return bool(alpha != 1)
 
 
 @register_ops("add add_ sub sub_ rsub")
 def _add(args, kwargs, out) -> Cost:
     # x + alpha * y is a multiply and an add an element where alpha is not 1: SGD's update
     # p.add_(g, alpha=-lr) costs 2, as its formula counts it (1 with alpha 1, as pointwise)
-    return elementwise(2 if _scaled(args, kwargs) else 1)(args, kwargs, out)
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    return elementwise(2 if _scaled(alpha) else 1)(args, kwargs, out)
 
 
 def per_listed(per_element: int):
@@ -112,7 +112,7 @@ register_ops(
 @register_ops("_foreach_add _foreach_add_ _foreach_sub _foreach_sub_")
 def _foreach_add(args, kwargs, out) -> Cost:
     # (lists; alpha only by keyword): 2 an element where alpha scales the second list, as _add
-    return per_listed(2 if kwargs.get("alpha", 1) != 1 else 1)(args, kwargs, out)
+    return per_listed(2 if _scaled(kwargs.get("alpha", 1)) else 1)(args, kwargs, out)
 
 
 register_ops("_foreach_max")(per_listed(1))  # a reduction of each tensor: 1 per element read
