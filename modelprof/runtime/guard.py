@@ -149,10 +149,15 @@ def watching_writes(*watchers: Any) -> contextlib.AbstractContextManager:
 
 
 class StateGuard:
-    """What the model looked like on entry, and how to put it back (see the module docstring)."""
+    """What the model looked like on entry, and how to put it back (see the module docstring).
+    ``watched``: the pass whose first writes are copied (a warning names it)."""
 
     def __init__(
-        self, model: nn.Module, *, buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES
+        self,
+        model: nn.Module,
+        *,
+        buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES,
+        watched: str = "the counted forward",
     ) -> None:
         self.model = model
         self.unrestored: list[tuple[str, str]] = []  # (tensor name, the pass that wrote it)
@@ -177,8 +182,9 @@ class StateGuard:
         small = sum(by_id[k].numel() * by_id[k].element_size() for k in copy)
         small = small <= buffer_copy_limit_bytes
         self._kept.add_tensors(ts, [id(t) in copy for t in ts] if small and copy else False)
-        # (phase, version counters when it began): names the pass of an unrestorable write
-        self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", versions(ts))]
+        # (phase, version counters when it began): names the pass of an unrestorable write;
+        # the first is the pass whose first writes are watched (``watched``)
+        self._phases: list[tuple[str, list[int | None]]] = [(watched, versions(ts))]
 
     def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
         """One walk: sets what callers read so they need not walk the model again and, with
@@ -311,7 +317,7 @@ class StateGuard:
             warn_user(
                 f"modelprof: the model changed {', '.join(names[:5])}"
                 f"{' and more' if len(names) > 5 else ''} in place during "
-                f"{' and '.join(phases)}, where the first-write watch of the counted forward "
+                f"{' and '.join(phases)}, where the first-write watch of {self._phases[0][0]} "
                 "could not see it, so no copy was kept to restore it",
                 ModelProfWarning,
             )

@@ -29,6 +29,7 @@ from modelprof.runtime.execution import (
 )
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
+from modelprof.runtime.guard import StateGuard, preserved_state
 from modelprof.runtime.inputs import (
     ModelInputs,
     make_inputs,
@@ -38,6 +39,7 @@ from modelprof.runtime.inputs import (
     shape_as_inputs_hint,
 )
 from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
+from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, compile_callable, graph_replay
@@ -225,6 +227,7 @@ class TimedCall(Runner):
         *,
         mode: RunMode = RunMode(),
         label: str | None = None,
+        given: tuple[StateGuard | None, Snapshot] | None = None,
     ) -> None:
         opts.check_device(mi.device)
         name = label if label is not None else _label(fn_or_model)
@@ -239,6 +242,11 @@ class TimedCall(Runner):
         self.named = label is not None  # a candidate among others: its errors say which
         self.compile_ms: float | None = None
         self._phases: list[Callable[[], Any]] = []
+        #: ``measure_latency``'s own: the guard of the module called and the inputs as they went
+        #: in, which the first untimed call (``_first_pass``) decides what runs between calls by
+        self.given = given
+        self._first: Callable[[], Any] | None = None  # that call, until it has run
+        self._watched = False  # whether it runs under the guard's first-write watch
 
     def contexts(self) -> list[Any]:
         return [running(self.target, self.mode, cache_enabled=not self.opts.cuda_graph)]
@@ -250,19 +258,72 @@ class TimedCall(Runner):
         fn = completing(fn)  # a call ends when the collectives it started have
         args, kwargs = self.mi.args, self.mi.kwargs
         self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
-        reset = self.mi.reset  # puts back inputs a pass writes (None: none does)
-        # untimed calls (warm-up, compile) start from the same inputs as the timed ones
-        self.fresh_call = (
-            self.call if reset is None else (lambda: (reset(), fn(*args, **kwargs))[1])
-        )
+        self._flush = CacheFlusher(dev) if opts.cold_cache else None
+        self._reset_by(self.mi.reset)
+        if self.given is not None:  # the first untimed call (compiling, or the first warm-up)
+            self._first = self.call
+            eager = getattr(self.target, "_orig_mod", self.target)
+            guard = self.given[0]
+            self._watched = guard is not None and guard.write_hook() is not None
+            if self._watched and (opts.compile is not None or eager is not self.target):
+                eager = completing(eager)  # compiled code is not watched: an eager call first
+                self._first = lambda: eager(*args, **kwargs)
+                self.guarded(self._first_pass)
         if opts.compile is not None:
             device_synchronize(dev)
             t0 = time.perf_counter()
-            self.guarded(self.fresh_call)  # the first call compiles
+            self.guarded(lambda: self._warm_step(transfer=False))  # the first call compiles
             device_synchronize(dev)
             self.compile_ms = (time.perf_counter() - t0) * 1e3
-        self.between = _chain(reset, CacheFlusher(dev) if opts.cold_cache else None)
         self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
+
+    def _reset_by(self, reset: Callable[[], Any] | None) -> None:
+        """``reset`` puts back the inputs a call writes (None: none does) before every call but
+        the first: untimed calls (warm-up, compile) start from the same inputs as the timed
+        ones, and the timed ones run it outside their span (``between``)."""
+        self.mi.reset = reset
+        call = self.call
+        self.fresh_call = call if reset is None else (lambda: (reset(), call())[1])
+        self.between = _chain(reset, self._flush)
+
+    def _first_pass(self) -> Any:
+        """The first call (untimed), the module's tensors copied just before their first write
+        (the state guard's watch, as profile's counted forward), then what it changed in the
+        inputs put back, and before every later call again (``Snapshot.between_passes``:
+        nothing where it changed nothing)."""
+        first, self._first = self._first, None
+        guard, passed = self.given
+        with contextlib.nullcontext() if guard is None else guard.watch_writes():
+            out = first()
+        self._reset_by(passed.between_passes())
+        if guard is not None:  # a write it could not see is named with the calls after it
+            guard.begin("the later calls")
+        return out
+
+    def _no_warm_up(self) -> None:
+        """``warmup=0``: no untimed call ran. A module whose writes are watched is called once
+        more, untimed, as that first pass (a warm-up call: ``warmup`` says 1); else the inputs
+        are put back before every call (a quick check of what changed), but not in a pipelined
+        run, where nothing runs between its calls."""
+        if self._watched:
+            self.guarded(self._first_pass)
+            self.clock.sync()
+            self.warmup_calls += 1
+            return
+        self._first = None
+        if self.opts.latency_mode != "pipelined":
+            self._reset_by(self.given[1].reset)
+
+    def _warm_step(self, transfer: bool = True) -> Any:
+        """One warm-up call: the first pass where it has not run, else as the timed calls run
+        (``transfer``: through the host buffers, where the run has them)."""
+        if self._first is not None:
+            return self._first_pass()
+        if not transfer or self.xfer is None:
+            return self.fresh_call()
+        if self.mi.reset is not None:
+            self.mi.reset()
+        return self.xfer.step()
 
     def failure(self, e: Exception) -> BaseException:
         """A failure of the user's code naming the callable (out of memory: as it is), marked
@@ -292,9 +353,10 @@ class TimedCall(Runner):
             step = self._capture_graph()
             est = None
         else:
-            warm = _chain(self.mi.reset, xfer.step) if xfer else self.fresh_call
-            est = self.warm_with(warm, self.already_warm and not self.fresh)
+            est = self.warm_with(self._warm_step, self.already_warm and not self.fresh)
             step = self.call
+        if self._first is not None:
+            self._no_warm_up()
         if xfer is not None:
             xfer.call = step
             if xfer.out is None:  # no warm-up call ran: make the output buffers
@@ -321,9 +383,10 @@ class TimedCall(Runner):
         side.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(side):
             before = self.warmup_calls
-            self.warm_with(self.fresh_call, self.already_warm and not self.fresh)
+            warm = lambda: self._warm_step(transfer=False)  # noqa: E731
+            self.warm_with(warm, self.already_warm and not self.fresh)
             if self.warmup_calls == before:
-                self.guarded(self.fresh_call)
+                self.guarded(warm)
                 self.warmup_calls += 1
         torch.cuda.current_stream(self.dev).wait_stream(side)
         try:
@@ -414,6 +477,7 @@ def measure_latency(
     with (
         no_inputs_hint([fn_or_model], inputs, input_size),
         agreed_timing([fn_or_model]),
+        given_back(fn_or_model, target, inputs, mi) as given,
         TimedCall(
             fn_or_model,
             target,
@@ -421,6 +485,7 @@ def measure_latency(
             opts,
             mode=RunMode.parse(training=training, no_grad=no_grad),
             label=label,
+            given=given,
         ) as tc,
     ):
         sampled = tc.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
@@ -431,6 +496,32 @@ def measure_latency(
 
 
 _KEYWORDS = keyword_names(measure_latency)  # (read once, as profile's)
+
+#: how a write the first call's watch could not see names that call (``StateGuard``)
+FIRST_CALL = "the first call"
+
+
+@contextlib.contextmanager
+def given_back(
+    fn_or_model: Any, target: Any, inputs: Any, mi: ModelInputs
+) -> Iterator[tuple[StateGuard | None, Snapshot] | None]:
+    """What ``measure_latency`` gives back at the end of the block, as ``profile`` does (also
+    on an error or an interrupt): the module it calls (its state guard; a converted copy runs
+    in its place: nothing of it to give back), the inputs (a snapshot, with the copies made of
+    them: each call sees them as made) and the global RNG (forked). Yields the guard and the
+    snapshot for the first call to watch (``TimedCall``); None for ``ModelInputs`` as given
+    (by ``profile``, which gives back all of this itself)."""
+    if isinstance(inputs, ModelInputs):
+        yield None
+        return
+    devices = [mi.device] if mi.device.type == "cuda" else []
+    own = fn_or_model if target is fn_or_model else None
+    with (
+        preserved_state(own, watched=FIRST_CALL) as guard,
+        snapshot_of(inputs, mi.args, mi.kwargs) as passed,
+        torch.random.fork_rng(devices=devices),
+    ):
+        yield guard, passed
 
 
 def timing_runner(
