@@ -13,9 +13,11 @@ import torch
 from helpers import WritesLate, picture
 from torch import nn
 
-from modelprof import ModelProfError, ModelProfWarning, measure_latency
+from modelprof import ModelProfError, ModelProfWarning, measure_latency, measure_throughput
+from modelprof.timing.measurement import Measurement
 
 QUICK = dict(warmup=2, repeat=3, warn=False)  # 2 untimed calls, then 3 timed ones
+POINT = dict(max_batch=2, warmup=1, repeat=2)  # batch 1 and 2, 3 calls each
 
 
 def rng_picture() -> bytes:
@@ -151,3 +153,25 @@ def test_a_compiled_run_watches_an_eager_first_call() -> None:
     # one eager first call, the compiling call, 2 warm-up calls, 3 timed ones: all on the zeros
     assert seen == [0.0] * 7
     assert picture(x) == given and picture(model) == before
+
+
+def test_measure_throughput_puts_back_the_model_and_the_rng() -> None:
+    model = nn.Sequential(nn.Embedding(10, 4, max_norm=0.5), Writes([]))
+    before, rng = picture(model), rng_picture()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        measure_throughput(model, tokens=3, **POINT)
+    assert no_in_place_warning(caught)
+    assert picture(model) == before and rng_picture() == rng
+
+
+def test_measure_throughput_gives_back_what_a_measure_of_ones_own_changes() -> None:
+    def measure(model: nn.Module, batch: int, device: Any, opts: Any) -> Measurement:
+        model.train()  # a flag and an attribute: the state guard puts them back
+        model.batch = batch
+        return Measurement(1.0 + torch.rand(3).numpy(), batch_size=batch)  # draws from the RNG
+
+    model = nn.Linear(4, 4).eval()
+    before, rng = picture(model), rng_picture()
+    measure_throughput(model, (4,), measure=measure, **POINT)
+    assert picture(model) == before and rng_picture() == rng

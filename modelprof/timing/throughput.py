@@ -41,10 +41,11 @@ from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
+from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_dtype, token_inputs
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
-from modelprof.timing.latency import measure_latency, resolve_call
+from modelprof.timing.latency import FIRST_CALL, measure_latency, resolve_call
 from modelprof.timing.measurement import (
     CLOCK_MOVED_FRACTION,
     Measurement,
@@ -563,8 +564,10 @@ def _search(
     report: Callable[[ThroughputPoint], None] | None,
 ) -> tuple:
     """``search_batches`` with its progress bar, under an agreement across ranks for a sharded
-    model; and the best point's batch (``_agreed_best``)."""
-    with agreed_timing([model]):
+    model; and the best point's batch (``_agreed_best``). The model (a module) and the global
+    RNG come back as they went in, as from ``measure_latency``."""
+    rng = torch.random.fork_rng(devices=[point.dev] if point.cuda else [])
+    with rng, agreed_timing([model]), preserved_state(model, watched=FIRST_CALL):
         # total: the doubling points; a refinement after an out-of-memory error counts past it
         bar = progress_bar(
             max_batch.bit_length(), enabled=point.opts.progress, desc="throughput", unit="point"
@@ -636,7 +639,8 @@ class _Point:
         if not self.cuda:
             return None
         try:
-            self._latency(1, self.opts.replace(warmup=0, repeat=1))
+            with torch.random.fork_rng(devices=[self.dev]):  # as the search's (``_search``)
+                self._latency(1, self.opts.replace(warmup=0, repeat=1))
         except Exception as e:
             if not is_oom(e):  # out of memory at batch 1: the search will say so
                 raise
