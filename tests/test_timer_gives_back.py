@@ -175,3 +175,19 @@ def test_measure_throughput_gives_back_what_a_measure_of_ones_own_changes() -> N
     before, rng = picture(model), rng_picture()
     measure_throughput(model, (4,), measure=measure, **POINT)
     assert picture(model) == before and rng_picture() == rng
+
+
+def test_the_copies_kept_are_counted_as_held_bytes() -> None:
+    """What a throughput point's peak leaves out (on CUDA): the bytes of the copies kept."""
+    from modelprof.timing.latency import given_back, held_bytes, resolve_call
+
+    model, x = Clamps(), torch.zeros(2, 4)
+    target, mi = resolve_call(model, x)
+    with given_back(model, target, x, mi) as given:
+        guard, _ = given
+        assert held_bytes(given, torch.device("cpu")) == 2 * 4 * 4  # the input's copy
+        with guard.watch_writes():
+            model(x)  # clamps l.weight: copied just before
+        # the input's copy and the weight's (4 x 4 float32); none on a CUDA device
+        assert held_bytes(given, torch.device("cpu")) == 2 * 4 * 4 + 4 * 4 * 4
+        assert held_bytes(given, torch.device("cuda")) == 0

@@ -247,6 +247,11 @@ class StateGuard:
         """The model's distinct parameters and buffers (and their gradients) as on entry."""
         return self._kept.tensors
 
+    @property
+    def copies(self) -> list[torch.Tensor | None]:
+        """Per tensor of ``tensors``, its values on entry, where a copy was taken."""
+        return self._kept.copies
+
     def rescan(self) -> None:
         """Read what ``_walk`` sets from the model as it is now (not what is restored)."""
         self._walk(record=False)

@@ -47,7 +47,16 @@ from modelprof.timing.options import TimingOptions, check_option_names, keyword_
 from modelprof.timing.runner import Runner
 from modelprof.timing.sampler import Sampled, input_signature
 
-__all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
+__all__ = [
+    "FIRST_CALL",
+    "HELD_BYTES",
+    "TimedCall",
+    "given_back",
+    "held_bytes",
+    "measure_latency",
+    "resolve_call",
+    "timing_runner",
+]
 
 
 def _has_tensors(model: nn.Module) -> bool:
@@ -489,7 +498,10 @@ def measure_latency(
         ) as tc,
     ):
         sampled = tc.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
+        held = held_bytes(given, mi.device) if mi.device.type == "cuda" else 0
     m = tc.measurement(sampled, t_begin)
+    if held:  # (a throughput point's peak leaves them out)
+        m.env[HELD_BYTES] = held
     if opts.warn:
         m.warn_if_noisy()
     return m
@@ -499,6 +511,10 @@ _KEYWORDS = keyword_names(measure_latency)  # (read once, as profile's)
 
 #: how a write the first call's watch could not see names that call (``StateGuard``)
 FIRST_CALL = "the first call"
+#: an ``env`` key: CUDA bytes a run's copies held that a user's own loop would not (of the
+#: inputs and the model's written tensors, :func:`held_bytes`; a training step's copy of the
+#: model and its parameter snapshot), left out of a throughput point's peak
+HELD_BYTES = "held_bytes"
 
 
 @contextlib.contextmanager
@@ -522,6 +538,18 @@ def given_back(
         torch.random.fork_rng(devices=devices),
     ):
         yield guard, passed
+
+
+def held_bytes(given: tuple[StateGuard | None, Snapshot] | None, device: torch.device) -> int:
+    """Bytes of the copies ``given_back`` holds (the inputs', the module's tensors written) on
+    devices of ``device``'s kind; 0 without copies."""
+    if given is None:
+        return 0
+    guard, passed = given
+    kept = passed.copies + (guard.copies if guard is not None else [])
+    return sum(
+        c.untyped_storage().nbytes() for c in kept if c is not None and c.device.type == device.type
+    )
 
 
 def timing_runner(

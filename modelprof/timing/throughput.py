@@ -45,7 +45,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_dtype, token_inputs
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
-from modelprof.timing.latency import FIRST_CALL, measure_latency, resolve_call
+from modelprof.timing.latency import FIRST_CALL, HELD_BYTES, measure_latency, resolve_call
 from modelprof.timing.measurement import (
     CLOCK_MOVED_FRACTION,
     Measurement,
@@ -69,9 +69,6 @@ __all__ = [
 #: what a point times in place of the forward's latency: ``(model, batch_size, device,
 #: options) -> Measurement``, each sample one batch (``measure_throughput(measure=)``)
 PointMeasure = Callable[[Any, int, torch.device, TimingOptions], Measurement]
-#: a ``measure=`` point's ``env`` key: device bytes its runs kept that a user's own loop would
-#: not (a training step's copy of the model, its parameter snapshot), left out of the peak
-HELD_BYTES = "held_bytes"
 
 THROUGHPUT_GAIN = 0.05
 #: what a ``measure=`` point's own environment says beside the mode flags (a training step's)
@@ -658,7 +655,7 @@ class _Point:
         m = self._latency(b, self.opts)
         peak = None
         if self.cuda:
-            held = m.env.get(HELD_BYTES, 0)  # (set by a ``measure=`` that holds copies)
+            held = m.env.get(HELD_BYTES, 0)  # (copies a point's runs held: left out)
             peak = max(0, int(torch.cuda.max_memory_allocated(self.dev)) - held)
         sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
         return ThroughputPoint(b, m.median_ms, sps, peak, m)
