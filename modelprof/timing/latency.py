@@ -464,7 +464,8 @@ def measure_latency(
     ``inputs``: a tensor (the one argument), a tuple (positional) or a dict (keyword arguments);
     or ``input_size`` (batch excluded) + ``batch_size`` for random inputs; or neither for a
     callable without arguments. A module runs under ``eval()`` and ``no_grad`` unless
-    ``training``/``no_grad`` say otherwise; its flags are restored afterwards. Timing options
+    ``training``/``no_grad`` say otherwise, and comes back as it went in (``given_back``), as
+    do the inputs (every call sees them as they went in) and the global RNG. Timing options
     (``options=TimingOptions(...)`` or keywords: ``modelprof.timing.options``): ``warmup``,
     ``warmup_s``, ``repeat`` or ``precision``/``budget_s``/``min_samples``/``min_blocks``/
     ``max_samples``; ``transfer``, ``pin_memory``, ``cuda_graph``, ``amp``, ``channels_last``,

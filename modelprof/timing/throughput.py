@@ -470,7 +470,8 @@ def measure_throughput(
     ``warmup``...) apply to every point; unless given, a point samples for ``budget_s=1.0`` s to
     ``precision=0.02`` (``POINT_DEFAULTS``). ``progress=True`` shows a progress bar;
     ``on_point`` is called with each point as it is measured. A module runs in eval mode under
-    ``no_grad`` unless ``training``/``no_grad`` say otherwise. ``measure(model, batch_size,
+    ``no_grad`` unless ``training``/``no_grad`` say otherwise, and comes back as it went in, as
+    does the global RNG (as from :func:`measure_latency`). ``measure(model, batch_size,
     device, options)`` replaces what a point times (the forward's latency,
     :func:`measure_latency`) by another ``Measurement`` of one batch per sample:
     :func:`modelprof.step.throughput.step_measure` times whole training steps
