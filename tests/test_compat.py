@@ -90,6 +90,16 @@ def test_is_fake() -> None:
     assert compat.is_fake(fake)
 
 
+def test_reparametrized_holds_the_swap_for_the_block_and_keeps_ties() -> None:
+    lin = nn.Linear(2, 2, bias=False)
+    own = lin.weight
+    alias = own.detach().clone().requires_grad_()
+    with compat.reparametrized(lin, {"weight": alias}):
+        assert lin.weight is alias
+        lin(torch.ones(1, 2)).sum().backward()
+    assert lin.weight is own and own.grad is None and alias.grad is not None
+
+
 def test_current_autograd_node_inside_a_backward_only() -> None:
     seen: list[Any] = []
 

@@ -86,6 +86,7 @@ __all__ = [
     "output_cache",
     "PLAIN_TENSOR_TYPES",
     "queue_backward_callback",
+    "reparametrized",
     "require",
     "restore_dispatch_stack",
     "set_mha_device_check",
@@ -254,6 +255,17 @@ def next_sequence_nr() -> int:
 def node_sequence_nr(node: Any) -> int:
     """An autograd node's creation order in its thread; torch 2.4-2.14."""
     return node._sequence_nr()
+
+
+def reparametrized(
+    module: torch.nn.Module, state: dict[str, torch.Tensor]
+) -> contextlib.AbstractContextManager:
+    """``module`` running on ``state`` (its parameters and buffers by name, tied ones kept tied)
+    for the block: ``torch.func.functional_call``'s swap held open past the call, so that a
+    reentrant checkpoint's recomputation in the backward runs on ``state`` too; torch 2.4-2.14."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, state, tie_weights=True, strict=False)
 
 
 def queue_backward_callback(fn: Any) -> None:

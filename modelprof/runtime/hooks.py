@@ -97,14 +97,17 @@ def module_hooks(
     *,
     post_with_inputs: bool = False,
     exclusive: bool = True,
+    any_thread: bool = False,
 ) -> Iterator[HookSession]:
     """Call ``pre(module, args, {})`` before and ``post(module, output)`` after the forward of
     every module of ``model`` this thread runs in the block. With ``post_with_inputs``:
-    ``post(module, args, kwargs, output, raised)``, also when the forward raises."""
+    ``post(module, args, kwargs, output, raised)``, also when the forward raises. With
+    ``any_thread``: every thread's calls (a backward's, which autograd runs on a device's own
+    thread on CUDA)."""
     names = module_names(model) if modules is None else modules
     session = HookSession(names, threading.get_ident())
     owner = session.thread_id
-    get_ident = threading.get_ident
+    get_ident = (lambda: owner) if any_thread else threading.get_ident
 
     def _pre(module: nn.Module, args: tuple) -> None:
         if get_ident() != owner:

@@ -20,8 +20,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import iter_tensors
 
-__all__ = ["LOSS", "NodeTags", "SeqMarks", "graph_nodes", "is_accumulate", "tag_graph"]
+__all__ = [
+    "LOSS",
+    "NodeTags",
+    "Recomputed",
+    "SeqMarks",
+    "graph_nodes",
+    "is_accumulate",
+    "tag_graph",
+]
 
 #: The call id of nodes created by the loss (and of the seed gradient's work).
 LOSS = -1
@@ -79,13 +88,72 @@ class NodeTags:
     nodes: list[Any]
     by_node: dict[Any, int]
     marks: SeqMarks
+    #: the call whose reentrant checkpoint last ran its function again in the backward: the
+    #: owner of the nodes that recomputation made outside any module call (``Recomputed``)
+    recomputing: int | None = None
 
     def call_of(self, node: Any) -> int:
         call = self.by_node.get(node)
         if call is not None:
             return call
+        if self.recomputing is not None and not is_accumulate(node):
+            return self.recomputing
         # a node made during the backward itself (GraphRoot): the loss's
         return LOSS if is_accumulate(node) else self.marks.call_of(compat.node_sequence_nr(node))
+
+
+class Recomputed:
+    """Module hooks for the backward that tag the nodes a reentrant checkpoint makes when it
+    runs its function again (``torch.utils.checkpoint(..., use_reentrant=True)``) and then
+    differentiates: each belongs to the forward call it reran, as the forward's nodes do.
+
+    The forward ran that function with grad off, right after autograd numbered the checkpoint's
+    node ``s``: its calls are those noted in ``quiet[(id(module), s + 1)]`` (grad off, the next
+    number ``s + 1`` at their start), the k-th rerun of a module the k-th of them. A rerun
+    call's nodes are those its output reaches through nodes numbered from its start on, less
+    those its inner calls tagged first."""
+
+    def __init__(self, tags: NodeTags, quiet: dict[tuple[int, int], list[int]]) -> None:
+        self.tags = tags
+        self.quiet = quiet
+        self.stack: list[tuple[int, int, int]] = []  # (id(module), call, first sequence nr)
+        self.seen: dict[tuple[int, int], int] = {}  # (checkpoint node seq, module) -> reruns
+
+    def pre(self, module: Any, *_: Any) -> None:
+        node = compat.current_autograd_node()
+        if node is None or not self.quiet:
+            return
+        seq = compat.node_sequence_nr(node)
+        key = (id(module), seq + 1)
+        k = self.seen[key] = self.seen.get(key, -1) + 1
+        calls = self.quiet.get(key, ())
+        if k < len(calls):
+            call = calls[k]
+        elif self.stack:  # not seen in the forward: its enclosing call's
+            call = self.stack[-1][1]
+        else:
+            return
+        if not self.stack:
+            self.tags.recomputing = self.tags.call_of(node)
+        self.stack.append((id(module), call, compat.next_sequence_nr()))
+
+    def post(self, module: Any, output: Any) -> None:
+        if not self.stack or self.stack[-1][0] != id(module):
+            return
+        _, call, first = self.stack.pop()
+        by_node = self.tags.by_node
+        todo = [t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None]
+        seen = set()
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if is_accumulate(node):  # a weight's gradient: the first call that used it
+                by_node.setdefault(node, call)
+            elif compat.node_sequence_nr(node) >= first:  # made in this call (or an inner one)
+                by_node.setdefault(node, call)
+                todo.extend(n for n, _ in node.next_functions if n is not None)
 
 
 def tag_graph(roots: Iterable[Any], marks: SeqMarks) -> NodeTags:

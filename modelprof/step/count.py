@@ -47,7 +47,7 @@ from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import model_placement, refuse_valueless, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
-from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
+from modelprof.step.autograd_scope import LOSS, NodeTags, Recomputed, SeqMarks, tag_graph
 from modelprof.step.optimizer_state import scalar_state_bytes
 from modelprof.step.spec import StepSpec
 
@@ -113,15 +113,21 @@ class StepCost:
 
 
 class _StepTracker(Tracker):
-    """The static pass's tracker, also noting autograd's sequence number at each call boundary."""
+    """The static pass's tracker, also noting autograd's sequence number at each call boundary,
+    and the calls run with grad off by the number they started at (``Recomputed``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.marks = SeqMarks()
+        self.quiet: dict[tuple[int, int], list[int]] = {}
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         super().pre(module, args, kwargs)
-        self.marks.mark(self.stack[-1].index)
+        index = self.stack[-1].index
+        self.marks.mark(index)
+        if not torch.is_grad_enabled():
+            key = (id(module), compat.next_sequence_nr())
+            self.quiet.setdefault(key, []).append(index)
 
     def post(
         self, module: nn.Module, args: tuple, kwargs: dict, output: Any, raised: bool = False
@@ -338,7 +344,9 @@ def _count_step(
     mode: RunMode,
     registry: FormulaRegistry | None,
 ) -> tuple[StaticResult, StepCost]:
-    """``count_step``'s pass, its state guard held."""
+    """``count_step``'s pass, its state guard held. The model runs on the step's state until
+    its backward is done (a reentrant checkpoint runs the forward again there, its gradients
+    for the aliases); an optimizer factory sees the model's own parameters."""
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     tracker.param_view = view = ParamView.for_model(model)
@@ -351,36 +359,33 @@ def _count_step(
     loss_forward, loss_backward = PassCost(collect_op_bytes=True), PassCost()
     loss_counter = OpCounter(FixedScope(loss_forward), registry)
     device = inputs.device
-
     with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
-        hooks = (
-            meta_attention(device, names, False),
-            module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
-            counter,
-            saved.hooks(),
-            amp_context(device, mode.amp),
-        )
-        output = _counted_forward(model, state, inputs, tracker, hooks)
-        records: list[CallRecord] = tracker.final_records(model, inputs.args, inputs.kwargs, output)
-        tracker.marks.mark(LOSS)
-        saved.call = lambda: LOSS
-        guard.begin("the loss")
-        with loss_counter, saved.hooks(), amp_context(device, mode.amp):
-            loss = spec.loss(output, target, type(model).__name__)
-        tags = tag_graph([loss.grad_fn], tracker.marks)
-        guard.begin("the counted backward")
-        label = f"{type(model).__name__} (loss {spec.loss_name})"
-        costs, recompute, backward_counter = _backward_costs(
-            loss, tags, len(records), loss_backward, registry, label
-        )
-        params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
+        with compat.reparametrized(model, state):
+            hooks = (
+                meta_attention(device, names, False),
+                module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
+                counter,
+                saved.hooks(),
+                amp_context(device, mode.amp),
+            )
+            output = _counted_forward(model, inputs, tracker, hooks)
+            records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
+            tracker.marks.mark(LOSS)
+            saved.call = lambda: LOSS
+            guard.begin("the loss")
+            with loss_counter, saved.hooks(), amp_context(device, mode.amp):
+                loss = spec.loss(output, target, type(model).__name__)
+            guard.begin("the counted backward")
+            label = f"{type(model).__name__} (loss {spec.loss_name})"
+            tags, costs, recompute, backward_counter = _backward_costs(
+                model, loss, tracker, (len(records), label), loss_backward, registry
+            )
         guard.begin("the counted optimizer step")
-        optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
-
+        optimizer, opt_unsupported = _count_optimizer(spec, copy_of, registry)
     unsupported = Counter(loss_counter.unsupported) + backward_counter.unsupported + opt_unsupported
     saved_by = [int(saved.by_call.get(r.index, 0)) for r in records]
     static = StaticResult(records, counter.unsupported, counter.by_op, _model_params(model, view))
-    cost = StepCost(
+    return static, StepCost(
         backward=costs,
         saved_bytes=saved_by,
         loss_forward=loss_forward,
@@ -398,22 +403,17 @@ def _count_step(
         nodes=len(tags.nodes),
         recompute=recompute,
     )
-    return static, cost
 
 
-def _counted_forward(
-    model: nn.Module, state: dict, inputs: ModelInputs, tracker: Any, hooks: tuple
-) -> Any:
-    """The forward through ``functional_call`` on ``state`` under ``hooks``, the inputs as
-    gradient leaves; a failure names the call it failed in."""
+def _counted_forward(model: nn.Module, inputs: ModelInputs, tracker: Any, hooks: tuple) -> Any:
+    """The forward (of the model on the step's state: ``compat.reparametrized``) under
+    ``hooks``, the inputs as gradient leaves; a failure names the call it failed in."""
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
     try:
         with contextlib.ExitStack() as scope:
             for hook in hooks:
                 scope.enter_context(hook)
-            return torch.func.functional_call(
-                model, state, args, kwargs, strict=False, tie_weights=True
-            )
+            return model(*args, **kwargs)
     except ModelProfError:
         raise
     except Exception as e:
@@ -433,28 +433,33 @@ def add_pass(into: PassCost, part: PassCost) -> None:
 
 
 def _backward_costs(
+    model: nn.Module,
     loss: torch.Tensor,
-    tags: NodeTags,
-    n: int,
+    tracker: _StepTracker,
+    calls: tuple[int, str],
     loss_backward: PassCost,
     registry: FormulaRegistry | None,
-    what: str,
-) -> tuple[list[PassCost], list[PassCost], OpCounter]:
-    """The backward of ``loss`` counted per call (``n`` calls): each call's backward, the part
-    of it that recomputed the forward, and the counter."""
+) -> tuple[NodeTags, list[PassCost], list[PassCost], OpCounter]:
+    """The backward of ``loss`` counted per call (``calls``: how many, and the model's label
+    for an error), the nodes a reentrant checkpoint makes in it tagged too (``Recomputed``):
+    the graph's tags, each call's backward, the part of it that recomputed the forward, and
+    the counter."""
+    n, what = calls
+    tags = tag_graph([loss.grad_fn], tracker.marks)
+    rerun = Recomputed(tags, tracker.quiet)
+    hooks = module_hooks(model, rerun.pre, rerun.post, tracker.names, any_thread=True)
     costs = [PassCost() for _ in range(n)]
     recompute = [PassCost() for _ in range(n)]
     counter = OpCounter(BackwardScope(tags, costs, loss_backward, recompute), registry)
-    with refused_as(f"the backward pass of {what} failed"), counter:
+    with refused_as(f"the backward pass of {what} failed"), hooks, counter:
         torch.autograd.backward(loss)
     for cost, again in zip(costs, recompute):
         add_pass(cost, again)
-    return costs, recompute, counter
+    return tags, costs, recompute, counter
 
 
 def _count_optimizer(
     spec: StepSpec,
-    params: list[torch.Tensor],
     copy_of: dict[int, torch.Tensor],
     registry: FormulaRegistry | None,
 ) -> tuple[OptimizerCost | None, Counter]:
@@ -462,6 +467,7 @@ def _count_optimizer(
     on copies of the parameters (the first makes the state)."""
     if spec.optimizer is None:
         return None, Counter()
+    params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
     opt = spec.make_optimizer(params, copy_of)  # built to read its options; never stepped
     cost = optimizer_cost(opt, lambda p: p.grad is not None)
     if cost is not None:  # the formula's states scale with the elements; its step does not
