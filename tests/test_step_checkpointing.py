@@ -117,14 +117,27 @@ def test_reentrant_against_non_reentrant():
     assert ours["(self)"] == 2 * 8_192 and other["(self)"] == 0
 
 
-def test_timed_step_keeps_the_users_model():
+def test_timed_step_times_the_blocks_backward_and_keeps_the_users_model():
     model = _net(True)
     before = _state(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = profile(model, (8,), batch_size=4, backward=True, optimizer="sgd", budget_s=0.2)
+        r = profile(
+            model,
+            (8,),
+            batch_size=4,
+            backward=True,
+            optimizer="sgd",
+            budget_s=0.2,
+            correct_overhead=False,  # the stretches as read: each holds at least its stamp
+        )
     assert _same(before, _state(model))
-    assert r.to_dataframe().set_index("module").loc["(optimizer)", "flops"] == 2 * 4_468
+    df = r.to_dataframe().set_index("module")
+    assert df.loc["(optimizer)", "flops"] == 2 * 4_468
+    # the nodes the rerun made have their stamps: each layer of a block has a backward time
+    # of its own (before, none: the whole rerun and its backward were the root's (self))
+    for name in ("blocks.0.a", "blocks.0.b", "blocks.1.a", "blocks.1.b"):
+        assert df.loc[name, "backward_latency_ms"] > 0, name
 
 
 def test_hf_gpt2_with_reentrant_gradient_checkpointing():

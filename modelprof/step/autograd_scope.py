@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from modelprof.runtime import compat
@@ -113,9 +113,15 @@ class Recomputed:
     call's nodes are those its output reaches through nodes numbered from its start on, less
     those its inner calls tagged first."""
 
-    def __init__(self, tags: NodeTags, quiet: dict[tuple[int, int], list[int]]) -> None:
+    def __init__(
+        self,
+        tags: NodeTags,
+        quiet: dict[tuple[int, int], list[int]],
+        on_tag: Callable[[Any, int], None] | None = None,
+    ) -> None:
         self.tags = tags
         self.quiet = quiet
+        self.on_tag = on_tag  # called with each node it tags and its call (the timed step's)
         self.stack: list[tuple[int, int, int]] = []  # (id(module), call, first sequence nr)
         self.seen: dict[tuple[int, int], int] = {}  # (checkpoint node seq, module) -> reruns
 
@@ -141,7 +147,7 @@ class Recomputed:
         if not self.stack or self.stack[-1][0] != id(module):
             return
         _, call, first = self.stack.pop()
-        by_node = self.tags.by_node
+        by_node, on_tag = self.tags.by_node, self.on_tag
         todo = [t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None]
         seen = set()
         while todo:
@@ -149,10 +155,14 @@ class Recomputed:
             if node in seen:
                 continue
             seen.add(node)
-            if is_accumulate(node):  # a weight's gradient: the first call that used it
-                by_node.setdefault(node, call)
-            elif compat.node_sequence_nr(node) >= first:  # made in this call (or an inner one)
-                by_node.setdefault(node, call)
+            # a weight's gradient (the first call that used it), or a node made in this call
+            # (or an inner one: tagged already, but the walk goes on through it)
+            ours = is_accumulate(node) or compat.node_sequence_nr(node) >= first
+            if ours and node not in by_node:
+                by_node[node] = call
+                if on_tag is not None:
+                    on_tag(node, call)
+            if ours and not is_accumulate(node):
                 todo.extend(n for n, _ in node.next_functions if n is not None)
 
 

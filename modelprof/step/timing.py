@@ -42,12 +42,12 @@ from modelprof.runtime.execution import (
 )
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import restored_within
-from modelprof.runtime.hooks import module_names
+from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.runtime.tensors import iter_tensors
-from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
+from modelprof.step.autograd_scope import LOSS, Recomputed, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.step.spec import StepSpec, refuse_eager_only
 from modelprof.timing.calls import Calls, TimedInstrument
@@ -255,6 +255,7 @@ class _Instrumented:
         self.rows: list[np.ndarray] = []
         self.segments: list[tuple[np.ndarray, np.ndarray]] = []  # per pass: (columns, ms)
         self.nodes = 0
+        self.rerun_nodes = 0  # the most nodes a reentrant checkpoint made in one backward
         # a model that communicates: its collectives' own stamps (timing/comm.py), per pass
         self.comm = CommStamps(clock, self._comm_column) if communicates(step.model) else None
         self.ddp = is_ddp(step.model)
@@ -314,15 +315,17 @@ class _Instrumented:
         fwd, calls = self.fwd, self.calls
         fwd.marks = SeqMarks()
         calls.begin()
-        with calls.hooked(step.model, self.names):
+        quiet: dict[tuple[int, int], list[int]] = {}
+        with calls.hooked(step.model, self.names), self._noting_quiet(quiet):
             step.forward()
         if not (calls.counter == 0 and self.n_calls == 1):
             calls.check_complete("the counted pass", ", so its backward cannot be timed per layer")
         fwd.marks.mark(LOSS)
         step.loss()
         tags = tag_graph([step.loss_value.grad_fn], fwd.marks)
-        self.nodes = len(tags.nodes)
-        need = len(tags.nodes) + 3  # + the start, the end and the final callbacks
+        self.nodes = len(tags.nodes) + self.rerun_nodes  # (those given stamps)
+        # + the start, the end, the final callbacks and the nodes a reentrant checkpoint makes
+        need = len(tags.nodes) + 3 + self.rerun_nodes
         if self.stamps is None or need > self.size:
             self.stamps, self.size = self.clock.stamps(need), need
         stamps = self.stamps
@@ -336,8 +339,9 @@ class _Instrumented:
             handles.append(step.loss_value.grad_fn.register_prehook(self._queue_final(stamper.hit)))
             self.comm.begin()
         self._stamper = stamper
+        rerun = self._rerun(tags, quiet, stamper, handles)
         try:
-            with comm:
+            with comm, rerun:
                 stamps.record(0)
                 step.backward()
                 end = stamper.i + 1
@@ -354,6 +358,36 @@ class _Instrumented:
             (np.where(tags > self.n_calls, 0, tags), np.asarray(d, dtype=np.float64))
         )
         return float(d.sum())
+
+    def _noting_quiet(self, quiet: dict[tuple[int, int], list[int]]) -> Any:
+        """Hooks noting the forward's calls run with grad off, by the autograd number they
+        started at (``Recomputed``: a reentrant checkpoint's); after ``calls``'s own."""
+        open_calls = self.calls.open
+
+        def pre(module: nn.Module, *_: Any) -> None:
+            if open_calls and not torch.is_grad_enabled():
+                key = (id(module), compat.next_sequence_nr())
+                quiet.setdefault(key, []).append(open_calls[-1])
+
+        return module_hooks(self.step.model, pre, lambda *_: None, self.names)
+
+    def _rerun(self, tags: Any, quiet: dict, stamper: _Stamper, handles: list) -> Any:
+        """For a forward that ran calls with grad off: hooks that tag the nodes a reentrant
+        checkpoint makes in the backward with the calls it reran and give them stamps (as many
+        as the last pass made room for: ``rerun_nodes``, learnt pass by pass)."""
+        if not quiet:
+            return contextlib.nullcontext()
+        room, tagged = self.rerun_nodes, [0]
+
+        def on_tag(node: Any, call: int) -> None:
+            tagged[0] += 1
+            self.rerun_nodes = max(self.rerun_nodes, tagged[0])
+            if tagged[0] <= room:
+                hit = functools.partial(stamper.hit, self._column(call))
+                handles.append(node.register_prehook(hit))
+
+        rerun = Recomputed(tags, quiet, on_tag)
+        return module_hooks(self.step.model, rerun.pre, rerun.post, self.names, any_thread=True)
 
     def stretches(self) -> np.ndarray:
         """Per pass, per column (``n_calls + 1``): the stretches between stamps it holds, from
