@@ -109,9 +109,10 @@ class Recomputed:
 
     The forward ran that function with grad off, right after autograd numbered the checkpoint's
     node ``s``: its calls are those noted in ``quiet[(id(module), s + 1)]`` (grad off, the next
-    number ``s + 1`` at their start), the k-th rerun of a module the k-th of them. A rerun
-    call's nodes are those its output reaches through nodes numbered from its start on, less
-    those its inner calls tagged first."""
+    number ``s + 1`` at their start), the k-th rerun of a module the k-th of them. The rerun's
+    call boundaries are marked as the forward's are (``SeqMarks``, in the numbers of the thread
+    that reruns); when its outermost call returns, the nodes its output reaches through nodes
+    numbered from that call's start on are tagged by the marks, once each."""
 
     def __init__(
         self,
@@ -122,15 +123,16 @@ class Recomputed:
         self.tags = tags
         self.quiet = quiet
         self.on_tag = on_tag  # called with each node it tags and its call (the timed step's)
-        self.stack: list[tuple[int, int, int]] = []  # (id(module), call, first sequence nr)
-        self.seen: dict[tuple[int, int], int] = {}  # (checkpoint node seq, module) -> reruns
+        self.stack: list[tuple[int, int]] = []  # (id(module), call) of the open rerun calls
+        self.seen: dict[tuple[int, int], int] = {}  # (module, checkpoint node seq) -> reruns
+        self.marks = SeqMarks()
+        self.first = 0  # the number the outermost open call started at
 
     def pre(self, module: Any, *_: Any) -> None:
         node = compat.current_autograd_node()
         if node is None or not self.quiet:
             return
-        seq = compat.node_sequence_nr(node)
-        key = (id(module), seq + 1)
+        key = (id(module), compat.node_sequence_nr(node) + 1)
         k = self.seen[key] = self.seen.get(key, -1) + 1
         calls = self.quiet.get(key, ())
         if k < len(calls):
@@ -141,29 +143,48 @@ class Recomputed:
             return
         if not self.stack:
             self.tags.recomputing = self.tags.call_of(node)
-        self.stack.append((id(module), call, compat.next_sequence_nr()))
+            self.marks, self.first = SeqMarks(), compat.next_sequence_nr()
+        self.stack.append((id(module), call))
+        self.marks.mark(call)
 
     def post(self, module: Any, output: Any) -> None:
-        if not self.stack or self.stack[-1][0] != id(module):
+        stack = self.stack
+        if not stack or stack[-1][0] != id(module):
             return
-        _, call, first = self.stack.pop()
-        by_node, on_tag = self.tags.by_node, self.on_tag
-        todo = [t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None]
-        seen = set()
+        stack.pop()
+        if stack:
+            self.marks.mark(stack[-1][1])
+            return
+        self._tag([t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None])
+
+    def _tag(self, todo: list[Any]) -> None:
+        """Tag the nodes ``todo`` reaches through nodes numbered from ``first`` on; each
+        weight's gradient node the call of its first user's."""
+        by_node, marks, first = self.tags.by_node, self.marks, self.first
+        first_use: dict[Any, tuple[int, int]] = {}
+        tagged = []
         while todo:
             node = todo.pop()
-            if node in seen:
+            if node in by_node:
                 continue
-            seen.add(node)
-            # a weight's gradient (the first call that used it), or a node made in this call
-            # (or an inner one: tagged already, but the walk goes on through it)
-            ours = is_accumulate(node) or compat.node_sequence_nr(node) >= first
-            if ours and node not in by_node:
-                by_node[node] = call
-                if on_tag is not None:
-                    on_tag(node, call)
-            if ours and not is_accumulate(node):
-                todo.extend(n for n, _ in node.next_functions if n is not None)
+            seq = compat.node_sequence_nr(node)
+            if seq < first:
+                continue
+            call = by_node[node] = marks.call_of(seq)
+            tagged.append((node, call))
+            for nxt, _ in node.next_functions:
+                if nxt is None:
+                    continue
+                if not is_accumulate(nxt):
+                    todo.append(nxt)
+                elif nxt not in by_node and (nxt not in first_use or seq < first_use[nxt][0]):
+                    first_use[nxt] = (seq, call)
+        for leaf, (_, call) in first_use.items():
+            by_node[leaf] = call
+            tagged.append((leaf, call))
+        if self.on_tag is not None:
+            for node, call in tagged:
+                self.on_tag(node, call)
 
 
 def tag_graph(roots: Iterable[Any], marks: SeqMarks) -> NodeTags:
