@@ -9,7 +9,8 @@ to a ``(loss)`` entry, the optimizer's step to an ``(optimizer)`` one (``formula
 them (each storage once; parameters and buffers not counted).
 
 The user's model, inputs and optimizer are never touched: the pass runs on aliases (``.grad``
-lands on the alias) and under a forked RNG.
+lands on the alias), held in the model until its backward is done (a reentrant checkpoint runs
+the forward again there: ``Recomputed`` tags what it makes), and under a forked RNG.
 """
 
 from __future__ import annotations
