@@ -186,3 +186,15 @@ def test_hf_gpt2_with_reentrant_gradient_checkpointing():
     assert ours.loc["(loss)", "backward_macs"] == plain.loc["(loss)", "backward_macs"]
     # the whole step: the plain one plus both layers' forward MACs once more
     assert diff[""] == diff["transformer"] == sum(again.values())
+
+
+def test_meta_device_counts_the_same_step():
+    # on meta the rerun ran on the user's CPU parameters before (a device mismatch, refused);
+    # on the aliases it counts as on the CPU, row by row
+    cpu, meta = (
+        profile(_net(True), (8,), batch_size=4, backward=True, optimizer="sgd", **COUNT, **kw)
+        .to_dataframe()
+        .set_index("module")[["backward_macs", "flops"]]
+        for kw in ({}, {"device": "meta"})
+    )
+    assert meta.equals(cpu) and meta.loc["blocks.0.a", "backward_macs"] == 8_192
