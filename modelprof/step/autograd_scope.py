@@ -124,7 +124,7 @@ class Recomputed:
         self.quiet = quiet
         self.on_tag = on_tag  # called with each node it tags and its call (the timed step's)
         self.stack: list[tuple[int, int]] = []  # (id(module), call) of the open rerun calls
-        self.seen: dict[tuple[int, int], int] = {}  # (module, checkpoint node seq) -> reruns
+        self.seen: dict[tuple[int, int], int] = {}  # a key of quiet -> its reruns so far
         self.marks = SeqMarks()
         self.first = 0  # the number the outermost open call started at
 
