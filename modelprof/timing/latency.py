@@ -24,6 +24,7 @@ from modelprof.runtime.execution import (
     RunMode,
     completing,
     legacy_eval_mode,
+    random_kept,
     running,
     to_channels_last,
 )
@@ -525,18 +526,17 @@ def given_back(
     """What ``measure_latency`` gives back at the end of the block, as ``profile`` does (also
     on an error or an interrupt): the module it calls (its state guard; a converted copy runs
     in its place: nothing of it to give back), the inputs (a snapshot, with the copies made of
-    them: each call sees them as made) and the global RNG (forked). Yields the guard and the
-    snapshot for the first call to watch (``TimedCall``); None for ``ModelInputs`` as given
-    (by ``profile``, which gives back all of this itself)."""
+    them: each call sees them as made) and the random state (torch's, Python's, numpy's).
+    Yields the guard and the snapshot for the first call to watch (``TimedCall``); None for
+    ``ModelInputs`` as given (by ``profile``, which gives back all of this itself)."""
     if isinstance(inputs, ModelInputs):
         yield None
         return
-    devices = [mi.device] if mi.device.type == "cuda" else []
     own = fn_or_model if target is fn_or_model else None
     with (
         preserved_state(own, watched=FIRST_CALL) as guard,
         snapshot_of(inputs, mi.args, mi.kwargs) as passed,
-        torch.random.fork_rng(devices=devices),
+        random_kept(mi.device),
     ):
         yield guard, passed
 

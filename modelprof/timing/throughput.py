@@ -41,6 +41,7 @@ from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
+from modelprof.runtime.execution import random_kept
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_dtype, token_inputs
 from modelprof.runtime.progress import progress_bar
@@ -564,8 +565,7 @@ def _search(
     """``search_batches`` with its progress bar, under an agreement across ranks for a sharded
     model; and the best point's batch (``_agreed_best``). The model (a module) and the global
     RNG come back as they went in, as from ``measure_latency``."""
-    rng = torch.random.fork_rng(devices=[point.dev] if point.cuda else [])
-    with rng, agreed_timing([model]), preserved_state(model, watched=FIRST_CALL):
+    with random_kept(point.dev), agreed_timing([model]), preserved_state(model, watched=FIRST_CALL):
         # total: the doubling points; a refinement after an out-of-memory error counts past it
         bar = progress_bar(
             max_batch.bit_length(), enabled=point.opts.progress, desc="throughput", unit="point"
