@@ -420,3 +420,7 @@ def test_a_column_selection_keeps_the_rows_names() -> None:
     for name in ("layer_type", "type", "module name"):
         df = pd.DataFrame({name: ["conv", "relu"], "flops": [3, 1]})
         assert prepare_table(df, units="raw", columns=["flops"]).columns == (name, "flops")
+    # names the caller picked stay as picked: phase and module asked, no context added
+    df = pd.DataFrame({"phase": ["p", "d"], "context": [8, 9], "module": ["", ""], "flops": [3, 1]})
+    t = prepare_table(df, units="raw", columns=["phase", "module", "flops"], show_totals=False)
+    assert t.columns == ("phase", "module", "flops")

@@ -600,8 +600,9 @@ def _labelled(
     """``shown`` with the columns that name each row in front where ``columns=`` left them out:
     the index :func:`with_index` showed (a comparison's ``model``), else the keys that tell
     rows apart (as the compact view keeps them: a generation's phase and context, ranks) and
-    the row's name (``module``; a grouped table's type, torchstat's ``module name``). A table
-    whose rows (and total) have no names cannot be read."""
+    the row's name (``module``; a grouped table's type, torchstat's ``module name``), unless
+    ``columns=`` names one of them (it chose the names). A table whose rows (and total) have
+    no names cannot be read."""
     if columns is None or (isinstance(columns, str) and columns in ("all", "compact")):
         return shown
     named = list(rows.columns[: len(rows.columns) - len(picked.columns)])
@@ -609,6 +610,8 @@ def _labelled(
         names = [c for c in _ROW_NAMES if c in rows.columns][:1]
         named = [c for c in _ROW_KEYS if c in rows.columns] + names
     missing = [c for c in named if c not in shown.columns]
+    if len(missing) < len(named):  # some asked for by name: the caller's choice of names
+        return shown
     return pd.concat([rows[missing], shown], axis=1) if missing else shown
 
 
