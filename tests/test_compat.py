@@ -100,6 +100,16 @@ def test_reparametrized_holds_the_swap_for_the_block_and_keeps_ties() -> None:
     assert lin.weight is own and own.grad is None and alias.grad is not None
 
 
+def test_is_checkpoint_node_names_a_reentrant_checkpoints_node_only() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.ones(2, requires_grad=True)
+    reentrant = checkpoint(torch.sin, x, use_reentrant=True)
+    plain = checkpoint(torch.sin, x, use_reentrant=False)
+    assert compat.is_checkpoint_node(reentrant.grad_fn)
+    assert not compat.is_checkpoint_node(plain.grad_fn) and not compat.is_checkpoint_node(None)
+
+
 def test_current_autograd_node_inside_a_backward_only() -> None:
     seen: list[Any] = []
 

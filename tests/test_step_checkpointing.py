@@ -198,3 +198,50 @@ def test_meta_device_counts_the_same_step():
         for kw in ({}, {"device": "meta"})
     )
     assert meta.equals(cpu) and meta.loc["blocks.0.a", "backward_macs"] == 8_192
+
+
+class _Matmul(nn.Module):
+    """x @ w, relu: a checkpointed function that calls no module (its rerun starts no call)."""
+
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        self.w, self.ckpt = nn.Parameter(torch.randn(16, 16)), ckpt
+
+    def f(self, t):
+        return (t @ self.w).relu()
+
+    def forward(self, x):
+        return checkpoint(self.f, x, use_reentrant=True) if self.ckpt else self.f(x)
+
+
+class _Checkpointed(nn.Module):
+    """``a`` (a module-free function) and ``b`` (a Linear), each under its own checkpoint, after
+    a Linear (a reentrant checkpoint's output needs an input that requires grad)."""
+
+    def __init__(self, order: str, ckpt: bool = True) -> None:
+        super().__init__()
+        self.a, self.b, self.order = _Matmul(ckpt), nn.Linear(16, 16), order
+        self.inp, self.ckpt = nn.Linear(16, 16), ckpt
+
+    def forward(self, x):
+        x = self.inp(x)
+        for name in self.order:
+            part = getattr(self, name)
+            run = name == "b" and self.ckpt
+            x = checkpoint(part, x, use_reentrant=True) if run else part(x)
+        return x
+
+
+@pytest.mark.parametrize("order", ["ab", "ba", "a"])
+def test_a_rerun_that_calls_no_module_is_charged_to_its_own_checkpoint(order):
+    # batch 4, 16 -> 16: a's backward is x.grad (4*16*16 = 1,024 MACs) and w.grad (1,024),
+    # its rerun 1,024 more; b's backward the same 2,048, its rerun (1,024) on the root's (self),
+    # whose forward made b's checkpoint. a's backward went to the last checkpoint that reran a
+    # module (that (self)), or to (loss) where none had
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = profile(_Checkpointed(order), (16,), batch_size=4, backward=True, **COUNT)
+    rows = dict(zip(r.to_dataframe()["module"], r.to_dataframe()["backward_macs"]))
+    assert rows["a"] == 2 * 1024 + 1024 and rows.get("(loss)", 0) == 0
+    if "b" in order:
+        assert rows["b"] == 2 * 1024 and rows["(self)"] == 1024

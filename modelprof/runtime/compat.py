@@ -66,6 +66,7 @@ __all__ = [
     "group_named",
     "has_composite_kernel",
     "HigherOrderOperator",
+    "is_checkpoint_node",
     "is_dtensor_class",
     "is_fake",
     "is_module_cache",
@@ -332,6 +333,13 @@ def finish_collective(t: torch.Tensor) -> None:
     t = local_tensor(t)
     if act is not None and isinstance(t, act):
         t.trigger_wait()
+
+
+def is_checkpoint_node(node: Any) -> bool:
+    """Whether ``node`` is a reentrant checkpoint's (``torch.utils.checkpoint`` with
+    ``use_reentrant=True``: its ``CheckpointFunction``'s backward, which runs the function
+    again); torch 2.4-2.14."""
+    return type(node).__name__ == "CheckpointFunctionBackward"
 
 
 def current_autograd_node() -> Any:

@@ -95,6 +95,8 @@ class NodeTags:
     def call_of(self, node: Any) -> int:
         call = self.by_node.get(node)
         if call is not None:
+            if compat.is_checkpoint_node(node):  # its rerun starts: the nodes it makes are its
+                self.recomputing = call  # (also where the function it reruns calls no module)
             return call
         if self.recomputing is not None and not is_accumulate(node):
             return self.recomputing
