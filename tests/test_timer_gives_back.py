@@ -142,6 +142,15 @@ def test_a_model_writing_nothing_runs_nothing_between_its_calls() -> None:
     measure_latency(nn.Linear(4, 4), torch.randn(2, 4), latency_mode="pipelined", **QUICK)
     with pytest.raises(ModelProfError, match="the inputs it writes"):
         measure_latency(Writes([]), torch.zeros(2, 4), latency_mode="pipelined", **QUICK)
+    # warmup=0 alike: a first untimed call finds the write (it ran, on drifting inputs); a
+    # plain callable (a lambda, no module to watch) too
+    cold = dict(QUICK, warmup=0)
+    with pytest.raises(ModelProfError, match="the inputs it writes"):
+        measure_latency(Writes([]), torch.zeros(2, 4), latency_mode="pipelined", **cold)
+    with pytest.raises(ModelProfError, match="the inputs it writes"):
+        measure_latency(lambda t: t.add_(1), torch.zeros(2), latency_mode="pipelined", **cold)
+    m = measure_latency(nn.ReLU(), torch.zeros(2), latency_mode="pipelined", **cold)
+    assert m.warmup == 1  # the first untimed call, which a writing callable is refused after
 
 
 def test_a_compiled_run_watches_an_eager_first_call() -> None:

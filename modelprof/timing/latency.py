@@ -311,18 +311,18 @@ class TimedCall(Runner):
         return out
 
     def _no_warm_up(self) -> None:
-        """``warmup=0``: no untimed call ran. A module whose writes are watched is called once
-        more, untimed, as that first pass (a warm-up call: ``warmup`` says 1); else the inputs
-        are put back before every call (a quick check of what changed), but not in a pipelined
-        run, where nothing runs between its calls."""
-        if self._watched:
+        """``warmup=0``: no untimed call ran. A module whose writes are watched, or any callable
+        in a pipelined run (nothing runs between its calls: one that writes its inputs is
+        refused, as with a warm-up), is called once more, untimed, as that first pass (a
+        warm-up call: ``warmup`` says 1); else the inputs are put back before every call (a
+        quick check of what changed)."""
+        if self._watched or self.opts.latency_mode == "pipelined":
             self.guarded(self._first_pass)
             self.clock.sync()
             self.warmup_calls += 1
             return
         self._first = None
-        if self.opts.latency_mode != "pipelined":
-            self._reset_by(self.given[1].reset)
+        self._reset_by(self.given[1].reset)
 
     def _warm_step(self, transfer: bool = True) -> Any:
         """One warm-up call: the first pass where it has not run, else as the timed calls run
