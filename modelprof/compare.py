@@ -130,8 +130,8 @@ def compare(
     ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so); on the
     CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to read where the
     machine was loaded (``attrs["backward_by"] == "cpu_work"``). Whole numbers (the counts,
-    ``latency_n``, ``rank``) are int64, nullable Int64 where a row has none (a failed or an
-    unranked model: ``<NA>``); its ``error`` is NaN where the model ran.
+    ``rank``) are int64, nullable Int64 where a row has none (a failed or an unranked model:
+    ``<NA>``), ``latency_n`` Int64 always; its ``error`` is NaN where the model ran.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
@@ -527,8 +527,11 @@ def unique_name(name: str, taken: Any) -> str:
 
 def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> tuple[dict[str, Any], Any]:
     """Each model's input size (``None`` where ``inputs`` is used), and the inputs (tensors
-    given as ``input_size`` too: ``compare(models, x)``); unwraps ``named``'s specs."""
-    input_size, inputs = inputs_in_size_place(input_size, inputs)
+    given as ``input_size`` too: ``compare(models, x)``, but not a dict keyed by the models'
+    names: their sizes); unwraps ``named``'s specs."""
+    by_model = isinstance(input_size, Mapping) and bool(input_size) and set(input_size) <= {*named}
+    if not by_model:
+        input_size, inputs = inputs_in_size_place(input_size, inputs)
     if input_size is not None and inputs is not None:
         raise ModelProfError("pass input_size or inputs=, not both")
     sizes: dict[str, Any] = {}

@@ -15,7 +15,7 @@ from helpers import latex_headers
 from torch import nn
 
 from modelprof.compare import Comparison, compare
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, ModelProfWarning
 from modelprof.render.comparison import env_caption
 
 
@@ -92,6 +92,13 @@ def test_tensors_in_the_second_place_are_the_inputs_as_in_profile() -> None:
         assert df.loc["wide", "input_shape"] == "3x10"
     with pytest.raises(ModelProfError, match="not both"):
         compare(_pair(), torch.randn(3, 10), inputs=torch.randn(3, 10), timing=False)
+    # a dict keyed by the models' names is their sizes, one each, also where one holds a
+    # tensor (the whole dict was taken as keyword inputs: Linear.forward() got 'narrow', and
+    # every model failed); the tensor fails its own model's row
+    with pytest.warns(ModelProfWarning, match="wide failed"):
+        df = compare(_pair(), {"narrow": (10,), "wide": torch.randn(3, 10)}, timing=False)
+    assert df.loc["narrow", "macs"] == 200  # 1x10x20
+    assert "must be a tuple of ints" in df.loc["wide", "error"]
 
 
 def test_input_size_per_model() -> None:
@@ -313,6 +320,12 @@ def test_a_sorted_or_filtered_comparison_keeps_its_render() -> None:
     with pytest.raises(ModelProfError, match=r"\['params'\] appear more than once"):
         twice.render.to_markdown()
     assert "<table" in twice._repr_html_() and "<table" in df.T._repr_html_()
+    # columns that are no names (a transposed table without its model index: 0, 1): refused
+    # naming them, where they raised a bare KeyError '0', also in a notebook's display
+    numbered = df.reset_index(drop=True).T
+    with pytest.raises(ModelProfError, match=r"\[0, 1\] are not names"):
+        numbered.render.to_text()
+    assert "<table" in numbered._repr_html_()
 
 
 class _SpinBackward(torch.autograd.Function):
