@@ -337,3 +337,15 @@ def test_malformed_json_is_a_modelprof_error(mutate, message: str) -> None:
 def test_json_text_that_is_not_an_object() -> None:
     with pytest.raises(ModelProfError, match="not a modelprof JSON document"):
         read_json("[1, 2]")
+
+
+def test_a_users_own_error_column_keeps_its_empty_cells() -> None:
+    # only a comparison's table (model and error columns) reads an empty error as missing: a
+    # frame of one's own with an error column came back with NaN for "" (and a "note" NaN in
+    # the failed row only)
+    orig = pd.DataFrame({"name": ["r1", "r2"], "error": ["", "timeout"], "note": ["ok", ""]})
+    pd.testing.assert_frame_equal(read_csv(to_csv(orig)), orig)
+    # a comparison's, typed by dtypes=: the column as asked
+    text = "model,error,input_shape\na,,1x4\nb,boom,\n"
+    assert read_csv(text)["error"].isna().tolist() == [True, False]
+    assert read_csv(text, dtypes={"error": "str"})["error"].tolist() == ["", "boom"]

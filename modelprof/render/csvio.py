@@ -148,14 +148,19 @@ def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> 
     return _typed(values, declared.dtype, name)
 
 
-def _failed_rows_missing(columns: dict[str, pd.Series]) -> None:
-    """A comparison's table (an ``error`` column, no ``status``: a sweep's says "" where a row
-    ran): an empty ``error`` is missing (the model ran), as is an empty text cell of a row with
-    an error (the model failed: ``input_shape``)."""
-    if "error" not in columns or "status" in columns or not _is_text(columns["error"]):
+def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, str]) -> None:
+    """A comparison's table (a ``model`` and an ``error`` column, no ``status``: a sweep's says
+    "" where a row ran): an empty ``error`` is missing (the model ran), as is an empty text
+    cell of a row with an error (the model failed: ``input_shape``); not in a column typed by
+    ``dtypes=``, nor in any other table (a user's own ``error`` column keeps its "")."""
+    if "model" not in columns or "error" not in columns or "status" in columns:
+        return
+    if not _is_text(columns["error"]):
         return
     failed = [isinstance(v, str) and v != "" for v in columns["error"]]
     for name, column in columns.items():
+        if name in overrides:
+            continue
         if _is_text(column) and (name == "error" or any(failed)):
             gaps = failed if name != "error" else [not f for f in failed]
             cells = [None if gap and v == "" else v for v, gap in zip(column, gaps)]
@@ -265,7 +270,7 @@ def read_csv(
                 dtype=column.dtype,
             )
         columns[name] = column
-    _failed_rows_missing(columns)
+    _failed_rows_missing(columns, overrides)
     if not columns:
         return pd.DataFrame(index=pd.RangeIndex(len(raw)))
     return pd.DataFrame(columns)
