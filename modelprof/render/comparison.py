@@ -259,6 +259,12 @@ def _check_columns(df: pd.DataFrame) -> None:
             "a comparison's exporters need one level of column names, not "
             f"{df.columns.nlevels} (MultiIndex columns): flatten them first (df.columns = [...])"
         )
+    unnamed = [c for c in df.columns if not isinstance(c, str)]
+    if unnamed:  # (a transposed table's model numbers)
+        raise ModelProfError(
+            f"a comparison's exporters read columns by name; {unnamed[:3]} are not names "
+            "(a transposed or reindexed table): give them names first (df.columns = [...])"
+        )
     twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
     if twice:
         raise ModelProfError(
