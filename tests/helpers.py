@@ -216,6 +216,20 @@ def latex_headers(tex: str) -> list[str]:
     return [" ".join(p.strip() for p in parts if p.strip()) for parts in zip(*lines)]
 
 
+class Clamps(nn.Module):
+    """Clamps its weight in place (through ``.data``, which no version counter sees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.l.weight.mul_(10.0)  # so that the clamp below changes it
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.l.weight.data.clamp_(-0.01, 0.01)
+        return self.l(x)
+
+
 class WritesLate(nn.Module):
     """Writes its weight in place from its second call on (``scale`` x it, then ``shift`` +):
     the counted (first) pass does not, so no copy of it is kept; the timed passes do."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WritesLate, picture
+from helpers import Clamps, WritesLate, picture
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, measure_latency, measure_throughput
@@ -26,20 +26,6 @@ def rng_picture() -> bytes:
 
 def no_in_place_warning(caught: list) -> bool:
     return not [w for w in caught if "in place" in str(w.message)]
-
-
-class Clamps(nn.Module):
-    """Clamps its weight in place (through ``.data``, which no version counter sees)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.l = nn.Linear(4, 4)
-        with torch.no_grad():
-            self.l.weight.mul_(10.0)  # so that the clamp below changes it
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.l.weight.data.clamp_(-0.01, 0.01)
-        return self.l(x)
 
 
 class Writes(nn.Module):

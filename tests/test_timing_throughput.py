@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -306,28 +307,31 @@ def test_a_meta_device_has_no_throughput():
         measure_throughput(nn.Linear(4, 4, device="meta"), (4,), max_batch=2)
 
 
+def _point(batch: int, ms: float, cpu: float, **point_args: Any) -> ThroughputPoint:
+    """A point of 10 runs around ``ms``, ``cpu`` ms of CPU work each: loaded (another core's
+    worth of work beside it) where the wall clock is not its CPU work."""
+    m = Measurement(
+        np.linspace(0.98, 1.02, 10) * ms,
+        cpu_ms=np.full(10, cpu),
+        competing_cores=0.0 if cpu == ms else 1.0,
+        blocks=np.repeat(np.arange(5), 2),
+    )
+    return ThroughputPoint(batch, m.median_ms, batch / (ms / 1e3), measurement=m, **point_args)
+
+
 def test_a_flattening_that_loaded_points_show_is_not_concluded():
     # a newcomer's batch 16 and 32 took 4.2 s and 5.9 s beside other work, batch 8 356 ms:
     # "the curve has flattened, a larger max_batch is unlikely to help", no point marked
-    def point(batch: int, ms: float, cpu: float) -> ThroughputPoint:
-        m = Measurement(
-            np.linspace(0.98, 1.02, 10) * ms,
-            cpu_ms=np.full(10, cpu),
-            competing_cores=0.0 if cpu == ms else 1.0,
-            blocks=np.repeat(np.arange(5), 2),
-        )
-        return ThroughputPoint(batch, m.median_ms, batch / (ms / 1e3), measurement=m)
-
     # batch 8 quiet (wall = CPU work); 16 and 32 read twice their CPU work, another core's
     # worth of work beside them
-    points = [point(8, 40.0, 40.0), point(16, 160.0, 80.0), point(32, 320.0, 160.0)]
+    points = [_point(8, 40.0, 40.0), _point(16, 160.0, 80.0), _point(32, 320.0, 160.0)]
     env = {"gain": 0.05, "patience": 2}
     loaded = Throughput(points, "no_improvement", env=env)
     text = loaded.stop_explanation
     assert "batch 16, 32 read on a loaded machine" in text and "has flattened" not in text
     assert loaded.to_dataframe()["latency_rough"].tolist() == [False, True, True]
     assert loaded.to_dataframe()["latency_n"].tolist() == [10, 10, 10]
-    quiet = Throughput([points[0], point(16, 80.0, 80.0)], "no_improvement", env=env)
+    quiet = Throughput([points[0], _point(16, 80.0, 80.0)], "no_improvement", env=env)
     assert "the curve has flattened" in quiet.stop_explanation
 
 
@@ -336,14 +340,7 @@ def _loaded_curve(**point_args) -> Throughput:
     another core's worth of work beside them: loaded, so rough (as the test above builds it)."""
 
     def point(batch: int, ms: float, cpu: float) -> ThroughputPoint:
-        m = Measurement(
-            np.linspace(0.98, 1.02, 10) * ms,
-            cpu_ms=np.full(10, cpu),
-            competing_cores=0.0 if cpu == ms else 1.0,
-            blocks=np.repeat(np.arange(5), 2),
-        )
-        sps = batch / (ms / 1e3)
-        return ThroughputPoint(batch, m.median_ms, sps, measurement=m, **point_args)
+        return _point(batch, ms, cpu, **point_args)
 
     points = [point(8, 40.0, 40.0), point(16, 160.0, 80.0), point(32, 320.0, 160.0)]
     return Throughput(points, "no_improvement", env={"gain": 0.05, "patience": 2})

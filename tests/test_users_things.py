@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WritesLate, picture
+from helpers import Clamps, WritesLate, picture
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
@@ -197,18 +197,6 @@ def test_ordinary_inputs_run_nothing_between_passes() -> None:
 
 
 # -- the model under backward=True and compare() ------------------------------------------------
-
-
-class Clamps(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.l = nn.Linear(4, 4)
-        with torch.no_grad():
-            self.l.weight.mul_(10.0)  # so that the clamp below changes it
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.l.weight.data.clamp_(-0.01, 0.01)
-        return self.l(x)
 
 
 class Renorms(nn.Module):
