@@ -19,7 +19,11 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
+from torch import nn
+
 from modelprof.runtime import compat
+from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.tensors import iter_tensors
 
 __all__ = [
@@ -129,6 +133,18 @@ class Recomputed:
         self.seen: dict[tuple[int, int], int] = {}  # a key of quiet -> its reruns so far
         self.marks = SeqMarks()
         self.first = 0  # the number the outermost open call started at
+
+    @staticmethod
+    def note(quiet: dict[tuple[int, int], list[int]], module: nn.Module, call: int) -> None:
+        """In the forward: note ``call`` of ``module`` in ``quiet`` where it runs with grad off
+        (a reentrant checkpoint's function), keyed by the number autograd gives next."""
+        if not torch.is_grad_enabled():
+            quiet.setdefault((id(module), compat.next_sequence_nr()), []).append(call)
+
+    def hooked(self, model: nn.Module, names: dict[nn.Module, str]) -> Any:
+        """``pre`` and ``post`` on every module call of ``model`` in the block, on any thread
+        (autograd runs a CUDA backward, and so the rerun, on the device's own thread)."""
+        return module_hooks(model, self.pre, self.post, names, any_thread=True)
 
     def pre(self, module: Any, *_: Any) -> None:
         node = compat.current_autograd_node()

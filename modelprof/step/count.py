@@ -126,9 +126,7 @@ class _StepTracker(Tracker):
         super().pre(module, args, kwargs)
         index = self.stack[-1].index
         self.marks.mark(index)
-        if not torch.is_grad_enabled():
-            key = (id(module), compat.next_sequence_nr())
-            self.quiet.setdefault(key, []).append(index)
+        Recomputed.note(self.quiet, module, index)
 
     def post(
         self, module: nn.Module, args: tuple, kwargs: dict, output: Any, raised: bool = False
@@ -447,8 +445,7 @@ def _backward_costs(
     the counter."""
     n, what = calls
     tags = tag_graph([loss.grad_fn], tracker.marks)
-    rerun = Recomputed(tags, tracker.quiet)
-    hooks = module_hooks(model, rerun.pre, rerun.post, tracker.names, any_thread=True)
+    hooks = Recomputed(tags, tracker.quiet).hooked(model, tracker.names)
     costs = [PassCost() for _ in range(n)]
     recompute = [PassCost() for _ in range(n)]
     counter = OpCounter(BackwardScope(tags, costs, loss_backward, recompute), registry)

@@ -365,9 +365,8 @@ class _Instrumented:
         open_calls = self.calls.open
 
         def pre(module: nn.Module, *_: Any) -> None:
-            if open_calls and not torch.is_grad_enabled():
-                key = (id(module), compat.next_sequence_nr())
-                quiet.setdefault(key, []).append(open_calls[-1])
+            if open_calls:
+                Recomputed.note(quiet, module, open_calls[-1])
 
         return module_hooks(self.step.model, pre, lambda *_: None, self.names)
 
@@ -386,8 +385,7 @@ class _Instrumented:
                 hit = functools.partial(stamper.hit, self._column(call))
                 handles.append(node.register_prehook(hit))
 
-        rerun = Recomputed(tags, quiet, on_tag)
-        return module_hooks(self.step.model, rerun.pre, rerun.post, self.names, any_thread=True)
+        return Recomputed(tags, quiet, on_tag).hooked(self.step.model, self.names)
 
     def stretches(self) -> np.ndarray:
         """Per pass, per column (``n_calls + 1``): the stretches between stamps it holds, from
