@@ -96,16 +96,20 @@ SPREAD_MIN_BLOCKS = 8
 _T_DF_CAP = 1000
 
 
+def _number(value: Any) -> bool:
+    """An int or a float (a bool is not a number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _real(value: Any) -> bool:
-    """A finite int or float (a bool is not a number here)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float."""
+    return _number(value) and math.isfinite(value)
 
 
 def check_seconds(name: str, value: Any, allow_zero: bool, what_zero: str = "") -> float:
     """``value`` as seconds, or a ModelProfError naming it (``what_zero``: what 0 means)."""
     if not _real(value) or value < 0 or (value == 0 and not allow_zero):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        kind = "" if number else f" (an int or a float, not {type(value).__name__})"
+        kind = "" if _number(value) else f" (an int or a float, not {type(value).__name__})"
         raise ModelProfError(  # "finite": nan and inf are floats, and refused too
             f"{name}={value!r} must be a finite number of seconds "
             f"{'>= 0' if allow_zero else '> 0'}"
