@@ -539,3 +539,26 @@ def _unmoved(before: tuple, after: tuple) -> None:
 
 def _same(a, b) -> bool:
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+class FrozenNormDropout(FrozenNorm):
+    """FrozenNorm with a dropout after it: a fine-tuning step's mix of eval and train modes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+        self.drop_seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.drop_seen.append(self.drop.training)
+        return self.drop(super().forward(x))
+
+
+def test_a_training_step_keeps_a_train_override_s_frozen_norm_beside_active_dropout() -> None:
+    # backward=True puts the model in train mode through its own train(True): every pass, counted
+    # and timed, runs the batch norm in eval mode (the override) and the dropout in train mode
+    model = FrozenNormDropout()
+    profile(model, (4,), batch_size=2, backward=True, repeat=3, warmup=1, roofline=False)
+    assert model.seen and set(model.seen) == {False}
+    assert set(model.drop_seen) == {True}
+    assert model.bn.training is True and model.drop.training is True  # flags come back
