@@ -687,6 +687,17 @@ def _without_docstrings(tree: Any) -> Any:
     return tree
 
 
+def test_tensor_version_counts_in_place_writes_and_is_none_for_inference_tensors() -> None:
+    t = torch.zeros(3)
+    start = compat.tensor_version(t)
+    t.add_(1)
+    t[0] = 2  # two in-place writes: two versions on
+    assert compat.tensor_version(t) == start + 2
+    with torch.inference_mode():
+        frozen = torch.zeros(3)
+    assert compat.tensor_version(frozen) is None
+
+
 def test_storage_identity_is_one_per_storage_on_every_device() -> None:
     # two views of one storage share its identity and its bytes (4 float32 = 16 B); a meta
     # tensor (data pointer 0) still has one of its own, distinct from another meta tensor's

@@ -482,3 +482,53 @@ def test_the_summary_and_caption_say_autocast_and_channels_last():
     # channels_last converts 4-D tensors: a 2-D input runs as it was, said as it was
     flat = profile(nn.Linear(4, 4), (4,), channels_last=True, **COUNT)
     assert "(float32, cpu, batch 1)" in flat.summary().splitlines()[0]
+
+
+class _WritesSaved(nn.Module):
+    """Writes sigmoid's output, which autograd saved for sigmoid's backward, in place."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x)
+        y.add_(1)
+        return y
+
+
+class _RaisesInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no gradient here")
+
+
+class _Custom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _RaisesInBackward.apply(x)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_step_whose_saved_tensor_was_written_in_place_is_refused_naming_the_module(
+    device,
+) -> None:
+    # a plain loss.backward() raises here (sigmoid's saved output is at version 1, saved at 0);
+    # the counted step's saved-tensor hooks skip autograd's own check, so they make it
+    model = nn.Sequential(nn.Linear(4, 4), _WritesSaved(), nn.Linear(4, 2))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        model(torch.ones(1, 4)).sum().backward()
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ModelProfError) as info:
+        profile(model, (4,), backward=True, timing=False, device=device)
+    text = str(info.value)
+    assert "failed in the backward of module '1' (_WritesSaved)" in text
+    assert "modified by an inplace operation" in text and "version 1; expected version 0" in text
+
+
+def test_a_backward_failing_in_a_custom_function_names_its_module() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), _Custom(), nn.Linear(4, 2))
+    with pytest.raises(ModelProfError) as info:
+        profile(model, (4,), backward=True, timing=False)
+    assert "failed in the backward of module '1' (_Custom): ValueError: no gradient here" in str(
+        info.value
+    )

@@ -498,6 +498,16 @@ def storage_identity(t: torch.Tensor) -> tuple[int, int]:
         return id(t), t.numel() * t.element_size()
 
 
+def tensor_version(t: torch.Tensor) -> int | None:
+    """``t``'s version counter (each in-place write adds one; autograd refuses a backward that
+    reads a saved tensor written since), None for an inference tensor, which has none.
+    Checked on torch 2.4-2.14 (``Tensor._version``)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """A DTensor's local shard, without the autograd of ``to_local()``; any other tensor."""
     return getattr(t, "_local_tensor", t)

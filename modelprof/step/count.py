@@ -154,6 +154,7 @@ class BackwardScope:
         self.loss = loss
         self.recompute = recompute
         self.pending_params: dict[int, torch.Tensor] = {}
+        self.last: int | None = None  # the call of the node that ran the latest op
 
     def cost_of(self, call: int) -> PassCost:
         return self.loss if call == LOSS or not 0 <= call < len(self.costs) else self.costs[call]
@@ -163,7 +164,7 @@ class BackwardScope:
         node = compat.current_autograd_node()
         if node is None:  # before the engine runs a node: the seed gradient of the loss
             return self.loss
-        call = self.tags.call_of(node)
+        call = self.last = self.tags.call_of(node)
         if self.recompute is not None and torch.is_grad_enabled() and 0 <= call < len(self.costs):
             return self.recompute[call]
         return self.cost_of(call)
@@ -181,15 +182,31 @@ class SavedBytes:
         self.by_call: Counter[int] = Counter()
         self._seen: set[int] = set()
 
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
+    def pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int | None]:
         key, nbytes = compat.storage_identity(held(t))
         if key not in self._seen and key not in self.skip and not _is_parameter(t):
             self._seen.add(key)
             self.by_call[self.call()] += nbytes
+        return t, compat.tensor_version(t)
+
+    @staticmethod
+    def unpack(packed: tuple[torch.Tensor, int | None]) -> torch.Tensor:
+        """The saved tensor, refused as autograd refuses it without hooks (which skip that
+        check) where it was written in place since it was saved: the step cannot run."""
+        t, version = packed
+        now = compat.tensor_version(t)
+        if now != version:
+            e = RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a {tensor_shape(t)} {t.dtype} tensor is at version {now}; "
+                f"expected version {version} instead (your own training step raises this too)"
+            )
+            e.autograd_node = compat.current_autograd_node()  # type: ignore[attr-defined]
+            raise e
         return t
 
     def hooks(self) -> contextlib.AbstractContextManager:
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
 
 def _is_parameter(t: torch.Tensor) -> bool:
@@ -377,7 +394,7 @@ def _count_step(
             guard.begin("the counted backward")
             label = f"{type(model).__name__} (loss {spec.loss_name})"
             tags, costs, recompute, backward_counter = _backward_costs(
-                model, loss, tracker, (len(records), label), loss_backward, registry
+                model, loss, tracker, (records, label), loss_backward, registry
             )
         guard.begin("the counted optimizer step")
         optimizer, opt_unsupported = _count_optimizer(spec, copy_of, registry)
@@ -435,25 +452,56 @@ def _backward_costs(
     model: nn.Module,
     loss: torch.Tensor,
     tracker: _StepTracker,
-    calls: tuple[int, str],
+    calls: tuple[list[CallRecord], str],
     loss_backward: PassCost,
     registry: FormulaRegistry | None,
 ) -> tuple[NodeTags, list[PassCost], list[PassCost], OpCounter]:
-    """The backward of ``loss`` counted per call (``calls``: how many, and the model's label
-    for an error), the nodes a reentrant checkpoint makes in it tagged too (``Recomputed``):
-    the graph's tags, each call's backward, the part of it that recomputed the forward, and
-    the counter."""
-    n, what = calls
+    """The backward of ``loss`` counted per call (``calls``: the forward's, and the model's
+    label for an error, which names the module the backward failed in), the nodes a reentrant
+    checkpoint makes in it tagged too (``Recomputed``): the graph's tags, each call's backward,
+    the part of it that recomputed the forward, and the counter."""
+    records, what = calls
     tags = tag_graph([loss.grad_fn], tracker.marks)
     hooks = Recomputed(tags, tracker.quiet).hooked(model, tracker.names)
-    costs = [PassCost() for _ in range(n)]
-    recompute = [PassCost() for _ in range(n)]
-    counter = OpCounter(BackwardScope(tags, costs, loss_backward, recompute), registry)
-    with refused_as(f"the backward pass of {what} failed"), hooks, counter:
-        torch.autograd.backward(loss)
+    costs = [PassCost() for _ in records]
+    recompute = [PassCost() for _ in records]
+    scope = BackwardScope(tags, costs, loss_backward, recompute)
+    counter = OpCounter(scope, registry)
+    try:
+        with hooks, counter:
+            torch.autograd.backward(loss)
+    except ModelProfError:
+        raise
+    except Exception as e:
+        where = _failed_in(e, scope, records)
+        raise ModelProfError(
+            f"the backward pass of {what} failed{where}: {type(e).__name__}: {e}"
+        ) from e
     for cost, again in zip(costs, recompute):
         add_pass(cost, again)
     return tags, costs, recompute, counter
+
+
+def _failed_in(e: BaseException, scope: BackwardScope, records: list[CallRecord]) -> str:
+    """Where in the backward ``e`` was raised, in words: the call whose node read a saved
+    tensor written since (``SavedBytes.unpack``) or whose custom autograd Function raised it
+    (its ``ctx``, in the traceback, is the node), else the call whose node ran the backward's
+    latest op, if any."""
+    tb, call = e.__traceback__, scope.tags.by_node.get(getattr(e, "autograd_node", None))
+    while tb is not None:
+        ctx = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(ctx, torch.autograd.function.BackwardCFunction):
+            call = scope.tags.by_node.get(ctx, call)
+        tb = tb.tb_next
+
+    def named(i: int) -> str:
+        return f"module '{records[i].name or '(root)'}' ({records[i].type})"
+
+    if call is not None and 0 <= call < len(records):
+        return f" in the backward of {named(call)}"
+    if scope.last is not None and 0 <= scope.last < len(records):
+        return f" (the latest op it ran was in the backward of {named(scope.last)})"
+    return ""
 
 
 def _count_optimizer(
