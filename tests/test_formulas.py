@@ -650,6 +650,20 @@ def test_grouped_mm_every_layout_from_the_offsets():
     assert t["macs"] == 1440
 
 
+def test_grouped_mm_empty_k_group_adds_no_madd():
+    gmm = Fn(lambda a, b, offs: torch._grouped_mm(a, b, offs))
+    m, k, n = 4, 16, 16
+    a, b = torch.randn(m, k), torch.randn(k, n)  # K split in 2 groups -> out [2, 4, 16]
+    for offs in ([0, 16], [16, 16]):  # one group of K = 16, one of K = 0 (first or last)
+        t = totals(gmm, a, b, torch.tensor(offs, dtype=torch.int32))
+        # MACs m*16*n = 1024; MAdd (2*16 - 1) for each of the m*n = 64 outputs of the
+        # K = 16 group, 0 for the K = 0 group: 31*64 = 1984 (not 2*1024 - 2*64 = 1920)
+        assert (t["macs"], t["madd"]) == (m * k * n, (2 * k - 1) * m * n) == (1024, 1984)
+    t = totals(gmm, a, b, torch.tensor([8, 16], dtype=torch.int32))
+    # both groups K = 8: (2*8 - 1) * 64 each, 2 * 15 * 64 = 1920
+    assert t["madd"] == 2 * (2 * 8 - 1) * m * n == 1920
+
+
 def test_grouped_mm_in_a_mixture_of_experts_layer():
     class Experts(nn.Module):
         """Tokens sorted by expert, one grouped matmul per projection (Mixtral-style)."""

@@ -113,6 +113,8 @@ def grouped_mm_cost(
 
     so the MACs are (sum over groups of the jagged extent) x the two fixed extents, i.e.
     ``offs[-1]`` x the fixed extents. Without values the jagged extent is the whole dimension.
+    MAdd is (2k - 1) an output of a group whose contraction is k long: a group of K split to
+    k = 0 does no arithmetic (0, as :func:`dot_madd`), so its M x N outputs are not subtracted.
     """
     if a.dim() == 3 and b.dim() == 3:  # batched: one matmul per group
         g, m, k = a.shape
@@ -124,17 +126,19 @@ def grouped_mm_cost(
         jagged, fixed, dots_per_unit = b.shape[1], a.shape[1] * a.shape[2], a.shape[1]
     else:  # K is grouped: G x M x N outputs, whatever the split
         jagged, fixed, dots_per_unit = a.shape[1], a.shape[0] * b.shape[1], 0
-    note = None
+    note, groups = None, offs.shape[0] if offs is not None else 1
+    summed = groups  # the groups of a K split that sum anything (without values: all of them)
     if offs is not None and has_values(offs):
-        ends = offs.detach().reshape(-1)
+        ends = offs.detach().reshape(-1).long()
         jagged = int(ends[-1]) if ends.numel() else 0
+        summed = int((ends.diff(prepend=ends.new_zeros(1)) > 0).sum())
     elif offs is not None:
         note = _OFFSETS_UNKNOWN
     macs = jagged * fixed
-    groups = offs.shape[0] if offs is not None else 1
     n_out = jagged * dots_per_unit if dots_per_unit else groups * fixed
     bias_adds = n_out if has_bias else 0
-    madd = dot_madd(macs, n_out) + bias_adds
+    dots = jagged * dots_per_unit if dots_per_unit else summed * fixed
+    madd = dot_madd(macs, dots) + bias_adds
     return Cost(macs, flops=2 * macs + bias_adds, madd=madd, note=note)
 
 
