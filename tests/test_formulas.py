@@ -138,6 +138,24 @@ def test_torchstat_softmax_over_an_empty_dimension():
     assert madd(torch.randn(2, 0)) == 0  # 2 of length 0: no work
 
 
+def test_torchstat_linear_madd_ignores_the_bias_on_a_non_contiguous_input():
+    class Projection(nn.Module):
+        def __init__(self, transpose: bool):
+            super().__init__()
+            self.lin, self.transpose = nn.Linear(8, 6), transpose
+
+        def forward(self, x):  # a transposed 3-D input: torch runs mm, then the bias add
+            return self.lin(x.transpose(0, 1) if self.transpose else x)
+
+    for transpose, shape in ((False, (2, 5, 8)), (True, (5, 2, 8))):
+        report = profile(Projection(transpose), torch.randn(shape), timing=False)
+        ts = report.to_dataframe(style="torchstat").set_index("module name")
+        # torchstat's Linear: 10 tokens x 6 outputs, each (2*8 - 1) = 15, bias ignored: 900
+        # on both paths (the op-by-op 960 is 900 + the 60 bias adds torch runs on its own)
+        assert ts.loc["lin", "MAdd"] == 10 * 6 * (2 * 8 - 1) == 900
+        assert ts.loc["lin", "Flops"] == 10 * 8 * 6  # 480, as before
+
+
 def test_matmul_bmm_einsum_in_functional_code():
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     assert totals(Fn(lambda x, y: x @ y), a, b)["macs"] == 2 * 3 * 4 * 5  # 120

@@ -1,6 +1,8 @@
 """Module formulas for ``to_dataframe(style="torchstat")``, where torchstat's convention differs
 from the default ``flops - macs`` (its ``resnet18`` table is the reference):
-    Linear:            in_features * out_features per sample, bias ignored.
+    Linear:            in_features * out_features per sample, bias ignored; MAdd
+                       (2 * in_features - 1) an output, bias ignored on either of torch's paths
+                       (addmm, or a non-contiguous input's matmul and its own bias add).
     BatchNorm:         Flops numel, doubled when affine; MAdd 4 * numel, affine or not.
     pooling (max/avg, fixed and adaptive): Flops = numel of the input.
     Softmax:           MAdd 3n - 1 per softmax of length n (n exp, n - 1 adds, n divides).
@@ -12,7 +14,7 @@ from math import prod
 
 from torch import nn
 
-from modelprof.counting.formulas.registry import register_formula
+from modelprof.counting.formulas.registry import dot_madd, register_formula
 
 __all__: list[str] = []
 
@@ -20,7 +22,8 @@ __all__: list[str] = []
 @register_formula(nn.Linear)
 def _linear(module, input_shapes, output_shapes):
     tokens = prod(input_shapes[0][:-1]) if input_shapes else 0
-    return {"Flops": tokens * module.in_features * module.out_features}
+    macs = tokens * module.in_features * module.out_features
+    return {"Flops": macs, "MAdd": dot_madd(macs, tokens * module.out_features)}
 
 
 @register_formula(nn.modules.batchnorm._NormBase)
