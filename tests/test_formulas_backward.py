@@ -300,12 +300,16 @@ def _params() -> list[torch.Tensor]:
     "make, per, states",
     [
         (lambda p: torch.optim.SGD(p, lr=0.1), 2, 0),  # p -= lr*g
-        (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 5, 1),  # + b = mu*b + g
+        # + b = mu*b + g: a multiply and an add (torch's alpha = 1 - 0 adds alone)
+        (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 4, 1),
+        # + b = mu*b + 0.5*g: the damped add multiplies too, 2 + 1 + 2
+        (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.5), 5, 1),
         (
             lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4),
-            9,
+            8,
             1,
-        ),  # 2 + 3 + 2 + 2
+        ),  # update 2 + weight decay 2 + momentum 2 + nesterov g += mu*b 2
+        (lambda p: torch.optim.SGD(p, lr=0.1, maximize=True), 3, 0),  # + g = -g
         (lambda p: torch.optim.Adam(p), 13, 2),  # m 3, v 4, denom 3, p 3
         (lambda p: torch.optim.Adam(p, weight_decay=0.1), 15, 2),  # + L2: g += wd*p
         (lambda p: torch.optim.AdamW(p), 14, 2),  # + p *= 1 - lr*wd

@@ -217,8 +217,8 @@ def test_optimizer_template_instance_is_never_touched():
         lr=0.1,
     )
     r = profile(model, (8,), batch_size=3, backward=True, optimizer=user_opt, **COUNT)
-    # group 1 (layer 0, 144 elements) with momentum: 5 per element; group 2 (68): 2
-    assert rows(r)[("(optimizer)", 1)]["flops"] == 5 * 144 + 2 * 68
+    # group 1 (layer 0, 144 elements) with momentum (dampening 0): 4 per element; group 2 (68): 2
+    assert rows(r)[("(optimizer)", 1)]["flops"] == 4 * 144 + 2 * 68
     assert user_opt.state == {} or all(not s for s in user_opt.state.values())
     assert all(p.grad is None for p in model.parameters())
 
@@ -468,6 +468,31 @@ def test_a_subclass_of_sgd_reads_as_sgds_formula(foreach):
         assert opt.counted_by == "ops" and opt.flops == per_element * 212
     base = profile(mlp(), (8,), batch_size=3, backward=True, optimizer="sgd", **COUNT)
     assert base.training_step.cost.optimizer.flops == 2 * 212  # the formula's
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_sgd_momentum_formula_equals_its_counted_ops(foreach):
+    # SGD's formula against the same step counted op by op (a subclass): torch runs
+    # b.mul_(mu).add_(g, alpha=1 - dampening), so the add multiplies only where dampening != 0
+    cases = (
+        (dict(momentum=0.9), 2 + 1 + 1),  # update 2, b *= mu 1, b += g 1: 4
+        (dict(momentum=0.9, dampening=0.1), 2 + 1 + 2),  # b += 0.9*g 2: 5
+        (dict(momentum=0.9, nesterov=True), 2 + 1 + 1 + 2),  # g += mu*b 2: 6
+        (dict(momentum=0.9, nesterov=True, weight_decay=0.01), 2 + 2 + 2 + 2),  # g += wd*p: 8
+        (dict(momentum=0.9, dampening=0.1, weight_decay=0.01), 2 + 2 + 3),  # 7 (no nesterov)
+        (dict(maximize=True, momentum=0.9), 1 + 2 + 1 + 1),  # g = -g 1: 5
+    )
+    for options, per_element in cases:
+        counted = []
+        for cls in (torch.optim.SGD, _MySGD):  # the formula, then the ops
+
+            def factory(params, cls=cls):
+                return cls(params, lr=0.1, foreach=foreach, **options)
+
+            r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=factory, **COUNT)
+            counted.append(r.training_step.cost.optimizer.flops)
+        # per_element x the mlp's 212 parameters (4 with dampening 0 was 5 by the formula)
+        assert counted == [per_element * 212] * 2, options
 
 
 def test_the_summary_and_caption_say_autocast_and_channels_last():

@@ -7,9 +7,12 @@ sharded parameter counts as the view does (``counting/sharding.py``): this rank'
 its optimizer steps, or the whole.
 
     SGD     update      p += -lr * g                                  2
+            maximize    g = -g                                        +1
             weight decay g += wd * p                                  +2
             momentum    b = mu * b + (1 - dampening) * g              +3   (state: b)
             nesterov    g += mu * b                                   +2
+            as torch runs them: an add whose alpha is 1 has no multiply, 1 less (momentum at
+            dampening 0, torch's default, +2; weight decay 1, +1; nesterov with mu 1, +1)
     Adam    m = lerp(m, g, 1 - beta1)        sub, mul, add            3
             v = beta2 * v + (1 - beta2) * g * g                       4
             denom = sqrt(v) / bias_correction2 + eps                  3
@@ -91,16 +94,27 @@ def _nonzero(group: dict[str, Any], key: str) -> bool:
     return bool(float(value) != 0.0) if value is not None else False
 
 
+def _add_scaled(alpha: Any) -> int:
+    """Flops an element of torch's ``x.add(y, alpha=alpha)``: a multiply and an add, the add
+    alone where alpha is 1 (as the op counter counts it, ``pointwise.py``)."""
+    return 2 if float(alpha) != 1.0 else 1
+
+
 @register_optimizer_formula(torch.optim.SGD)
 def _sgd(group: dict[str, Any]) -> tuple[int, int]:
+    # torch's _single_tensor_sgd (its foreach form runs the same ops on lists):
+    # [g = -g] [g = g.add(p, alpha=wd)] [b.mul_(mu).add_(g, alpha=1 - dampening)]
+    # [g = g.add(b, alpha=mu)] p.add_(g, alpha=-lr)
     flops, states = 2, 0
+    if group.get("maximize", False):
+        flops += 1
     if _nonzero(group, "weight_decay"):
-        flops += 2
+        flops += _add_scaled(group["weight_decay"])
     if _nonzero(group, "momentum"):
-        flops += 3
+        flops += 1 + _add_scaled(1 - float(group.get("dampening", 0) or 0))
         states = 1
         if group.get("nesterov", False):
-            flops += 2
+            flops += _add_scaled(group["momentum"])
     return flops, states
 
 
