@@ -13,7 +13,13 @@ import torch
 from helpers import Clamps, WritesLate, picture
 from torch import nn
 
-from modelprof import ModelProfError, ModelProfWarning, measure_latency, measure_throughput
+from modelprof import (
+    ModelProfError,
+    ModelProfWarning,
+    measure_latencies,
+    measure_latency,
+    measure_throughput,
+)
 from modelprof.timing.measurement import Measurement
 
 QUICK = dict(warmup=2, repeat=3, warn=False)  # 2 untimed calls, then 3 timed ones
@@ -148,6 +154,28 @@ def test_a_compiled_run_watches_an_eager_first_call() -> None:
     # one eager first call, the compiling call, 2 warm-up calls, 3 timed ones: all on the zeros
     assert seen == [0.0] * 7
     assert picture(x) == given and picture(model) == before
+
+
+def test_measure_latencies_gives_back_what_measure_latency_gives_back() -> None:
+    """Interleaved candidates through the same machinery: a BatchNorm in train mode (its
+    running statistics and call count), a function writing its input in place and one drawing
+    from the global RNG; every call, of any candidate, sees the input as it went in."""
+    seen: list[float] = []
+
+    def writes(x: torch.Tensor) -> torch.Tensor:
+        seen.append(float(x[0, 0]))
+        return x.add_(1.0)
+
+    def draws(x: torch.Tensor) -> torch.Tensor:  # warmed up after `writes`
+        seen.append(float(x[0, 0]))
+        return x * torch.rand_like(x)
+
+    bn, x = nn.BatchNorm1d(4), torch.arange(32.0).reshape(8, 4)
+    before, given, rng = picture(bn), picture(x), rng_picture()
+    measure_latencies({"bn": bn, "writes": writes, "draws": draws}, x, training=True, **QUICK)
+    assert picture(bn) == before  # running_mean, running_var, num_batches_tracked
+    assert picture(x) == given and rng_picture() == rng
+    assert seen == [0.0] * 2 * (2 + 3)  # each: 2 warm-up calls and 3 timed ones, on the zeros
 
 
 def test_measure_throughput_puts_back_the_model_and_the_rng() -> None:

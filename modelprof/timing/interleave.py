@@ -9,6 +9,7 @@ beside the wall clock, and may be what the comparison ranks by (``ranked_by``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -22,7 +23,7 @@ from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_use
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
-from modelprof.timing.latency import TimedCall, no_inputs_hint, resolve_call
+from modelprof.timing.latency import TimedCall, given_back, no_inputs_hint, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms, load_note
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import sample_interleaved
@@ -47,12 +48,15 @@ __all__ = [
 
 @dataclasses.dataclass
 class Candidate:
-    """One callable of a comparison: the user's object, what is called, and its inputs."""
+    """One callable of a comparison: the user's object, what is called, and its inputs;
+    ``given``: what gives them back (``latency.given_back``, for ``TimedCall``'s ``given=``),
+    None where the caller gives them back itself (``compare``)."""
 
     name: str
     fn: Any
     target: Callable[..., Any]
     inputs: Any  # a ModelInputs
+    given: Any = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -188,7 +192,10 @@ def measure_interleaved(
         raise ModelProfError(f"baseline={baseline!r} is not one of the candidates: {names}")
     ordered = sorted(candidates, key=lambda c: c.name != baseline)  # the baseline first
     t_begin = time.perf_counter()
-    calls = [TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=c.name) for c in ordered]
+    calls = [
+        TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=c.name, given=c.given)
+        for c in ordered
+    ]
     sampled = sample_interleaved(calls, opts, "interleaved timing")
     timed = {c.name: tc.measurement(s, t_begin) for c, tc, s in zip(ordered, calls, sampled)}
     measurements = {n: timed[n] for n in names}
@@ -437,7 +444,9 @@ def measure_latencies(
     ``measure_latencies({"eager": model, "compiled": torch.compile(model)}, x)``.
 
     Takes the inputs and timing options of :func:`measure_latency`; ``budget_s`` is per
-    candidate. ``baseline`` (default: the first) is what ``latency_x`` divides by.
+    candidate. ``baseline`` (default: the first) is what ``latency_x`` divides by. Gives back
+    what :func:`measure_latency` gives back: each module as it went in, the inputs (every
+    call sees them as they went in, whatever another candidate wrote) and the global RNG.
     """
     if not isinstance(candidates, Mapping) or not candidates:
         raise ModelProfError(
@@ -464,7 +473,9 @@ def measure_latencies(
     with (
         no_inputs_hint(candidates.values(), inputs, input_size),
         agreed_timing(candidates.values()),
+        contextlib.ExitStack() as held,
     ):
+        _give_back(held, prepared, inputs, baseline)
         result = measure_interleaved(
             prepared,
             opts,
@@ -475,3 +486,16 @@ def measure_latencies(
         for note in result.notes:
             warn_user(f"modelprof: {note}", TimingDisagreementWarning)
     return result
+
+
+def _give_back(
+    held: contextlib.ExitStack, prepared: list[Candidate], inputs: Any, baseline: str | None
+) -> None:
+    """Each candidate's module, the inputs and the RNG given back when ``held`` closes, as
+    ``measure_latency`` gives them back (``given_back``: its first call watched, what it
+    writes put back before every later call). Entered in the order the candidates are warmed
+    up, the baseline first: the outermost guard of a module that two candidates run (``m`` and
+    ``torch.compile(m)``), which restores last, is the one whose watch saw its first writes."""
+    first = prepared[0].name if baseline is None else baseline
+    for c in sorted(prepared, key=lambda c: c.name != first):
+        c.given = held.enter_context(given_back(c.fn, c.target, inputs, c.inputs))

@@ -300,9 +300,10 @@ class TimedCall(Runner):
         """The first call (untimed), the module's tensors copied just before their first write
         (the state guard's watch, as profile's counted forward), then what it changed in the
         inputs put back, and before every later call again (``Snapshot.between_passes``:
-        nothing where it changed nothing)."""
+        nothing where it changed nothing). It too starts from the inputs as given."""
         first, self._first = self._first, None
         guard, passed = self.given
+        passed.reset()  # what another candidate's calls wrote (``measure_latencies``)
         with contextlib.nullcontext() if guard is None else guard.watch_writes():
             out = first()
         self._reset_by(passed.between_passes())
@@ -415,7 +416,12 @@ class TimedCall(Runner):
         return replay
 
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` back-to-back timed calls' ms (parts kept for transfer runs)."""
+        """``k`` back-to-back timed calls' ms (parts kept for transfer runs). A callable that
+        writes no input has nothing run between its calls; its inputs are put back before the
+        block (untimed) all the same, where another candidate's block (``measure_latencies``)
+        may have written them."""
+        if self.between is None and self.given is not None:
+            self.given[1].reset()
         return self.time_phases(self._phases, k, self.between).sum(axis=1)
 
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
