@@ -1,7 +1,7 @@
-"""``measure_latency`` and ``measure_throughput`` give back what ``profile`` and ``compare``
-give back: the module they call (parameters, buffers, attributes), the inputs (and every call
-sees them as they went in) and the global RNG, also when the callable raises or is
-interrupted; compared bit for bit."""
+"""``measure_latency``, ``measure_latencies`` and ``measure_throughput`` give back what
+``profile`` and ``compare`` give back: the module they call (parameters, buffers, attributes),
+the inputs (and every call sees them as they went in) and the global RNG, also when the
+callable raises or is interrupted; compared bit for bit."""
 
 from __future__ import annotations
 
@@ -154,6 +154,23 @@ def test_a_compiled_run_watches_an_eager_first_call() -> None:
     # one eager first call, the compiling call, 2 warm-up calls, 3 timed ones: all on the zeros
     assert seen == [0.0] * 7
     assert picture(x) == given and picture(model) == before
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+@pytest.mark.parametrize("how", ["compiled_module", "compile_option"])
+def test_warmup_counts_every_call_a_compiled_run_made_before_its_samples(how, warmup) -> None:
+    # torch.compile with the "eager" backend: dynamo captures the graph, no C compiler needed
+    seen: list[float] = []
+    model, x = Writes(seen), torch.zeros(2, 4)
+    eager = {"backend": "eager"}
+    cold = dict(warmup=warmup, repeat=3, warn=False)
+    if how == "compiled_module":  # the eager first call; with warmup=0 the first sample compiles
+        m = measure_latency(torch.compile(model, **eager), x, **cold)
+        untimed = 1 + warmup
+    else:  # the eager first call and the compiling one, then the warm-up
+        m = measure_latency(model, x, compile=True, compile_kwargs=eager, **cold)
+        untimed = 2 + warmup
+    assert len(seen) == untimed + m.n and m.warmup == untimed
 
 
 def test_measure_latencies_gives_back_what_measure_latency_gives_back() -> None:

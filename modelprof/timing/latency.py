@@ -279,12 +279,15 @@ class TimedCall(Runner):
                 eager = completing(eager)  # compiled code is not watched: an eager call first
                 self._first = lambda: eager(*args, **kwargs)
                 self.guarded(self._first_pass)
+                self.clock.sync()
+                self.warmup_calls += 1  # untimed, before the samples: a warm-up call
         if opts.compile is not None:
             device_synchronize(dev)
             t0 = time.perf_counter()
             self.guarded(lambda: self._warm_step(transfer=False))  # the first call compiles
             device_synchronize(dev)
             self.compile_ms = (time.perf_counter() - t0) * 1e3
+            self.warmup_calls += 1  # (its time is compile_ms)
         self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
 
     def _reset_by(self, reset: Callable[[], Any] | None) -> None:
