@@ -19,7 +19,9 @@ from modelprof.runtime.inputs import vocab_size
 pytest.importorskip("transformers")
 
 FACTORY = textwrap.dedent("""
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    from transformers import (
+        BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    )
 
     def bert():
         return BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
@@ -29,6 +31,11 @@ FACTORY = textwrap.dedent("""
     def gpt2():
         return GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2,
                                           n_positions=64))
+
+    def llama():
+        return LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
+                                            num_hidden_layers=1, num_attention_heads=2,
+                                            num_key_value_heads=1))
 """)
 
 
@@ -201,3 +208,24 @@ def test_tokens_search_a_language_models_throughput(
     assert main(named) == 2  # no tokens given: none named (review)
     err = capsys.readouterr().err
     assert "searches batch sizes of an --input-size" in err and "--tokens N" not in err
+
+
+def test_tokens_count_a_llama_built_on_meta(lm: Path, capsys: pytest.CaptureFixture) -> None:
+    # --device meta builds the model on meta and the token ids there; a meta attention_mask has
+    # no values for transformers' mask code to read (Tensor.item() on meta), so none is built
+    argv = ["profile", f"{lm}:llama", "--tokens", "16", "--batch-size", "2", "--no-timing"]
+    assert main([*argv, "--device", "meta"]) == 0
+    on_meta = capsys.readouterr().out
+    assert "on input 2x16 (" in on_meta  # the ids alone
+    assert main(argv) == 0  # on the CPU: the same MACs (its all-ones mask's ops add FLOPs)
+    on_cpu = capsys.readouterr().out
+
+    def macs(out: str) -> list[str]:
+        return [line.split("  FLOPs")[0] for line in out.splitlines() if line.startswith("params")]
+
+    # 32 tokens, hidden 32, 2 heads of 16, 1 KV head, ffn 64, vocab 100: q, o 2*32*32*32 = 65536,
+    # k, v 2*32*32*16 = 32768; scores and context 2*(2*2*16*16*16) = 32768; gate, up, down
+    # 3*32*32*64 = 196608; lm_head 32*32*100 = 102400: 430080. params: embed and lm_head
+    # 2*100*32 = 6400, q, o 2*32*32 = 2048, k, v 2*32*16 = 1024, mlp 3*32*64 = 6144, three norms
+    # 3*32 = 96: 15712
+    assert macs(on_meta) == macs(on_cpu) == ["params 15,712  MACs 430,080"]

@@ -526,7 +526,9 @@ def token_inputs(
     """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
     ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
     without ``input_ids`` (:func:`_ids_go_positionally`), and an all-ones ``attention_mask``
-    when the forward takes one."""
+    when the forward takes one, except on meta for a transformers model (one with a
+    ``config``): it reads a mask's values, which meta tensors do not have, and takes no mask
+    as all ones (``compat.meta_mask_dropped`` leaves out such a mask given with values)."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     seq_len = check_int("seq_len", seq_len)
@@ -540,10 +542,10 @@ def token_inputs(
         )
     params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
-    if "attention_mask" in params:
+    where = torch.device(device) if device is not None else torch.device("cpu")
+    if "attention_mask" in params and not (where.type == "meta" and hasattr(model, "config")):
         specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
     tokens = batch_size * seq_len
-    where = torch.device(device) if device is not None else torch.device("cpu")
     need = tokens * 8 * len(specs)  # int64 ids (and mask)
     what = f"token inputs of batch_size {batch_size} x seq_len {seq_len} need {bytes_text(need)}"
     refuse_beyond_memory(what, tokens, need, where)
