@@ -92,8 +92,8 @@ INPUT_HELP = (
 TOKENS_HELP = (
     "sequence length of token inputs built for a language model, as calflops does: "
     "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
-    "(config.vocab_size, else its first nn.Embedding) and an all-ones attention_mask when the "
-    "forward takes one; --input adds or replaces named inputs"
+    "(config.vocab_size, else its token nn.Embedding, not a position table) and an all-ones "
+    "attention_mask when the forward takes one; --input adds or replaces named inputs"
 )
 
 

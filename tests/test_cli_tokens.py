@@ -121,6 +121,38 @@ def test_token_ids_come_from_the_token_table_not_the_largest_embedding() -> None
         token_inputs(resnet, 12)
 
 
+class _PositionsFirstLM(nn.Module):
+    """A hand-written LM that registers its position table (512 rows) before its token table
+    (100 rows), and a token-type table (2 rows) after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wpe = nn.Embedding(512, 8)
+        self.blocks = nn.ModuleDict({"pos_emb": nn.Embedding(64, 8)})
+        self.embed = nn.Embedding(100, 8)
+        self.token_type = nn.Embedding(2, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(input_ids) + self.wpe(torch.arange(input_ids.shape[1]))
+
+
+def test_token_ids_skip_a_position_table_registered_before_the_token_table() -> None:
+    model = _PositionsFirstLM()
+    # the first registered Embedding was taken: ids drawn from [0, 512), past embed's 100 rows
+    assert vocab_size(model) == 100
+    ids = token_inputs(model, 64, batch_size=8)["input_ids"]
+    assert int(ids.max()) < 100
+    model(ids)
+    # a table named as tokens wins over an unnamed one registered before it ...
+    model.tok_emb = nn.Embedding(30, 8)
+    assert vocab_size(model) == 30
+    # ... and with nothing but position tables, the first registered is taken
+    only = nn.Module()
+    only.pos = nn.Embedding(64, 8)
+    only.position_embeddings = nn.Embedding(32, 8)
+    assert vocab_size(only) == 64
+
+
 class _KwargsLM(nn.Module):
     """A forward whose ids are its first positional parameter, with **kwargs after it."""
 

@@ -45,6 +45,7 @@ __all__ = [
     "refuse_beyond_memory",
     "split_inputs",
     "token_inputs",
+    "token_table",
     "vocab_size",
 ]
 
@@ -490,10 +491,8 @@ def build_inputs(
 
 def vocab_size(model: nn.Module) -> int:
     """The number of token ids ``model`` embeds: ``config.vocab_size``, else the rows of its
-    ``get_input_embeddings()`` (a transformers model's), else of its first registered
-    ``nn.Embedding``: the token table comes first in GPT-2, BERT, Llama and the usual
-    hand-written LMs, before a position table that may have more rows (ids drawn below the
-    largest table overran the token table)."""
+    ``get_input_embeddings()`` (a transformers model's), else of the token table among its
+    ``nn.Embedding`` modules (:func:`token_table`)."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)
     if is_int(size) and size > 0:
         return int(size)
@@ -504,15 +503,41 @@ def vocab_size(model: nn.Module) -> int:
         emb = None
     if isinstance(emb, nn.Embedding):
         return emb.num_embeddings
-    first = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
-    if first is None:
+    table = token_table(model)
+    if table is None:
         raise ModelProfError(
             f"{type(model).__name__} has no nn.Embedding and no config.vocab_size to draw "
             "token ids from: give their range (vocab=1000; the CLI: --input "
             "input_ids:int64[128]:0-1000), or, for a model that takes no token ids, an input "
             "size instead of tokens"
         )
-    return first.num_embeddings
+    return table.num_embeddings
+
+
+#: name parts (split at ``_``, ``.`` and digits) of an embedding that holds positions, not tokens
+_POSITION_WORDS = frozenset({"pos", "position", "positions", "positional", "wpe"})
+#: name parts of a token table (``wte``, ``tok_emb``, ``word_embeddings``, ``embed_tokens``)
+_TOKEN_WORDS = frozenset({"tok", "token", "tokens", "word", "words", "wte", "vocab"})
+#: name parts of a table of token types or segments (BERT's ``token_type_embeddings``)
+_TYPE_WORDS = frozenset({"type", "types", "segment", "segments"})
+
+
+def token_table(model: nn.Module) -> nn.Embedding | None:
+    """The ``nn.Embedding`` of ``model`` that embeds its token ids, by the names it is
+    registered under: the first whose name says tokens (a part ``tok``, ``token``, ``word``,
+    ``wte`` or ``vocab``, and none of ``type``, ``segment`` or a position's); else the first
+    not named as a position table (a part ``pos``, ``position``, ``positional`` or ``wpe``),
+    whichever order the tables were registered in; else the first registered; None without
+    any."""
+    tables = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
+    words = [set(re.split(r"[\W_\d]+", name.lower())) for name, _ in tables]
+    tokens = [
+        m
+        for (_, m), w in zip(tables, words)
+        if w & _TOKEN_WORDS and not w & (_TYPE_WORDS | _POSITION_WORDS)
+    ]
+    others = [m for (_, m), w in zip(tables, words) if not w & _POSITION_WORDS]
+    return next(iter(tokens or others or [m for _, m in tables]), None)
 
 
 def token_inputs(
