@@ -56,13 +56,19 @@ MODEL_HELP = (
 
 
 def parse_input_size_arg(text: str) -> tuple[int, ...]:
-    """``"3,224,224"``, ``"3x224x224"``, ``"3×224×224"`` or ``"3 224 224"`` -> ``(3, 224, 224)``
-    (batch excluded): one separator between two numbers (``3,x,64`` is no size, not 3x64)."""
-    parts = re.split(r"\s*[,x×]\s*|\s+", text.strip())
+    """``"3,224,224"``, ``"3x224x224"``, ``"3X224X224"``, ``"3×224×224"``, ``"3 224 224"`` or
+    Python's ``"(3, 224, 224)"`` (``"[3,224,224]"``; ``"(16,)"``) -> ``(3, 224, 224)`` (batch
+    excluded): one separator between two numbers (``3,x,64`` is no size, not 3x64)."""
+    inner = text.strip()
+    bracketed = re.fullmatch(r"\((.*?),?\s*\)|\[(.*?),?\s*\]", inner)
+    if bracketed:  # a tuple or list as Python writes it, a one-tuple's trailing comma too
+        inner = next(g for g in bracketed.groups() if g is not None)
+    parts = re.split(r"\s*[,xX×]\s*|\s+", inner.strip())
     size = tuple(int(p) for p in parts if re.fullmatch("[0-9]+", p))  # (not int's "+3", "3_0")
     if len(size) != len(parts) or any(d <= 0 for d in size):
         raise ModelProfError(
-            f"--input-size {text!r} must be positive integers such as 3,224,224 (batch excluded)"
+            f"--input-size {text!r} must be positive integers such as 3,224,224 (also 3x224x224, "
+            "'3 224 224' or (3,224,224); batch excluded)"
         )
     return size
 
@@ -293,8 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-size",
         action="append",
         metavar="C,H,W",
-        help="input shape without the batch dimension, e.g. 3,224,224; repeat "
-        "for a model with several inputs (default: the model's own)",
+        help="input shape without the batch dimension, e.g. 3,224,224 (or 3x224x224, "
+        "(3,224,224)); repeat for a model with several inputs (default: the model's own)",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cpu)")

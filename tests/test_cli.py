@@ -407,6 +407,24 @@ def test_input_size_takes_its_separators_one_at_a_time() -> None:
             parse_input_size_arg(bad)
 
 
+def test_input_size_takes_a_capital_x_and_a_python_tuple(
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # 3X224X224 and (3,224,224) were refused as "must be positive integers", nothing saying
+    # which spelling was meant; each is one size, unambiguous
+    for good in ("3X224X224", "(3,224,224)", "(3, 224, 224)", "[3,224,224]", "(3,224,224,)"):
+        assert parse_input_size_arg(good) == (3, 224, 224), good
+    assert parse_input_size_arg("(16,)") == (16,)  # a one-tuple as Python writes it
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--input-size", "(10,)"]) == 0
+    assert "input 1x10" in capsys.readouterr().out
+    # junk still refused, named, with the spellings that are taken
+    for bad in ("(3,224,224", "3,224,224)", "((3,224))", "(3,,224)", "()", "[3,4)", "3XX4"):
+        with pytest.raises(ModelProfError, match=rf"--input-size {re.escape(repr(bad))} must be"):
+            parse_input_size_arg(bad)
+    with pytest.raises(ModelProfError, match=r"also 3x224x224, '3 224 224' or \(3,224,224\)"):
+        parse_input_size_arg("3;224")
+
+
 def test_python_dash_m_help() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "modelprof", "--help"],
