@@ -803,12 +803,8 @@ def _run_profile(ctx: _Context) -> None:
     print(f"\n{report.summary()}", file=ctx.stdout)
     if ctx.out is None:
         return
-    figures = [(f"{name}_flops", report.plot_flops)]  # cost always; time and roofline when measured
-    if report.timed:
-        figures += [
-            (f"{name}_latency", report.plot_latency),
-            (f"{name}_roofline", report.plot_roofline),
-        ]
+    # cost always; time and roofline when measured, as report.export("png", path) writes them
+    figures = [(f"{name}_{figure}", draw) for figure, draw in report.figures()]
     ctx.write_formats(  # json: the whole report, independent of the table's style
         name if args.style == "modelprof" else f"{name}_torchstat",
         lambda f, p: (

@@ -396,3 +396,33 @@ def test_the_decode_growth_plot_draws_a_fit_only_where_growth_was_measured():
     with_data, _ = drawn(grows)
     assert report.timings[1].step_slope.measurable
     assert any(label.startswith("fit: 0.05 ms per token") for label in with_data)
+
+
+@pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+@pytest.mark.filterwarnings("ignore::modelprof.errors.TimingDisagreementWarning")
+def test_report_export_png_writes_the_figures_the_cli_does(tmp_path: Path) -> None:
+    import torch
+
+    from modelprof import profile
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    # export("png") was refused ("format 'png' is not one of csv, ...") while the command
+    # line's --format png wrote name_flops.png, name_latency.png and name_roofline.png
+    timed = profile(model, (10,), budget_s=0.05)
+    written = timed.export("png", tmp_path / "mlp.png")
+    names = ["mlp_flops.png", "mlp_latency.png", "mlp_roofline.png"]
+    assert [p.name for p in written] == names and all(p.parent == tmp_path for p in written)
+    assert all(p.read_bytes().startswith(PNG_SIGNATURE) for p in written)
+    static = profile(model, (10,), timing=False)  # untimed: the cost figure alone, as the CLI
+    static.model_name = "mlp"
+    assert [p.name for p in static.export(".PNG", tmp_path / "static")] == ["static_flops.png"]
+    assert static.export("png", tmp_path)[0] == tmp_path / "mlp_flops.png"  # a folder
+    with pytest.raises(ModelProfError, match=r"export\('png'\) writes files .*plot_flops\(\)"):
+        static.export("png")  # no path: no text to return, the methods that draw a Figure
+    with pytest.raises(ModelProfError, match=r"export\('png'\) takes no view options \(top_k\)"):
+        static.export("png", tmp_path / "x.png", top_k=3)
+    # a result without figures of its own says where its png comes from
+    with pytest.raises(ModelProfError, match=r"'png' is a figure, not a table .* plot_compare"):
+        from modelprof.render.formats import get_format
+
+        get_format("png")

@@ -27,6 +27,7 @@ __all__ = [
     "Format",
     "export",
     "get_format",
+    "is_figure_format",
     "needs_package",
     "register_format",
     "register_table",
@@ -148,7 +149,21 @@ def get_format(name: str) -> Format:
         if key in fmt.names():
             return fmt
     known = ", ".join(f.name for f in table_formats())
+    if is_figure_format(key):
+        raise ModelProfError(
+            f"format {name!r} is a figure, not a table ({known}): a profile report writes the "
+            "figures --format png does with report.export('png', 'out/model.png'); the other "
+            "results' are drawn with save='out/name.png' by a generation report's "
+            "plot_decode_growth and plot_phase_share, and by modelprof.report.plots' "
+            "plot_compare(comparison, save=...) and plot_throughput(curve.to_dataframe(), "
+            "save=...)"
+        )
     raise ModelProfError(f"format {name!r} is not one of {known}")
+
+
+def is_figure_format(name: Any) -> bool:
+    """``name`` is ``png`` (any case, a leading dot): the figures, not a table format."""
+    return str(name).strip().lower().lstrip(".") == "png"
 
 
 def export(

@@ -30,7 +30,7 @@ from modelprof.errors import (
 )
 from modelprof.render._output import emit
 from modelprof.render.csvio import read_csv
-from modelprof.render.formats import Exports, get_format
+from modelprof.render.formats import Exports, get_format, is_figure_format
 from modelprof.render.jsonio import read_json
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
@@ -40,7 +40,7 @@ from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
-from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
+from modelprof.report.plots import plot_flops, plot_latency, plot_roofline, save_figure
 from modelprof.report.roofline import (
     PROOF_COLUMN,
     add_roofline,
@@ -506,14 +506,16 @@ class Report(Exports):
         *,
         view: Any = None,
         **options: Any,
-    ) -> str | Path:
+    ) -> str | Path | list[Path]:
         """The table in any registered format (:mod:`modelprof.render.formats`, where each
         ``to_<format>`` is documented). A human format shows the compact columns unless
         ``columns`` says, the title as caption (HTML: the summary above the table, Markdown:
         listed below it, unless ``standalone=False``); a raw one every column, raw numbers, the
         totals and (JSON) the environment. ``view=ViewOptions(...)`` or its fields as keywords
         (``style``, ``columns``, ``depth``...; a keyword wins). Returns the text, or writes
-        ``path``."""
+        ``path``. ``"png"``: the figures ``--format png`` writes (:meth:`export_png`)."""
+        if is_figure_format(format):
+            return self.export_png(path, view=view, **options)
         fmt = get_format(format)
         check_read_by(fmt.name, options)
         title = self._title()  # once: whether a (self) row reads short takes the whole frame
@@ -535,6 +537,45 @@ class Report(Exports):
             view = view.replace(caption=f"{view.caption.rstrip('. ')}. {legend}")
         env = None if fmt.human else self._environment()
         return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
+
+    def figures(self) -> list[tuple[str, Any]]:
+        """The figures ``export("png", path)`` and ``modelprof profile --format png`` write, as
+        ``(name, draw)``: ``flops`` (:meth:`plot_flops`) always, ``latency`` and ``roofline``
+        (:meth:`plot_latency`, :meth:`plot_roofline`) when the report is timed."""
+        drawn = [("flops", self.plot_flops)]
+        if self.timed:
+            drawn += [("latency", self.plot_latency), ("roofline", self.plot_roofline)]
+        return drawn
+
+    def export_png(
+        self, path: str | os.PathLike[str] | None, *, view: Any = None, **options: Any
+    ) -> list[Path]:
+        """Write :meth:`figures` as ``<stem>_<name>.png`` (``path`` ``out/resnet18.png`` or
+        ``out/resnet18``: ``out/resnet18_flops.png``...; a folder: the model's name in it), as
+        the command line's ``--format png`` does; returns the paths written."""
+        if view is not None or options:
+            given = sorted(options) or ["view"]
+            raise ModelProfError(
+                f"export('png') takes no view options ({', '.join(given)}): it writes the "
+                "figures --format png does; draw one your way with report.plot_latency(top_k="
+                "10, save='out/latency.png') (also plot_flops, plot_roofline)"
+            )
+        if path is None:
+            raise ModelProfError(
+                "export('png') writes files and returns no text: give a path, "
+                "report.export('png', 'out/model.png') (out/model_flops.png, ...), or draw a "
+                "Figure with report.plot_flops(), plot_latency() or plot_roofline()"
+            )
+        stem = Path(path)
+        if stem.is_dir() or str(path).endswith(("/", os.sep)):
+            stem = stem / (re.sub(r"[^\w.+-]+", "_", self.model_name).strip("_") or "model")
+        elif stem.suffix.lower() == ".png":
+            stem = stem.with_suffix("")
+        written = []
+        for name, draw in self.figures():
+            written.append(stem.with_name(f"{stem.name}_{name}.png"))
+            save_figure(draw(), written[-1])
+        return written
 
     def _environment(self) -> dict[str, Any]:
         """What a raw export carries beside the table: the environment and the timing."""
