@@ -48,20 +48,27 @@ def nearest_keywords(unknown: Sequence[str], names: Sequence[str]) -> str:
 def keywords_named(fn: _F) -> _F:
     """``fn`` (of no ``**kwargs``) refusing a keyword it does not take as a ModelProfError
     that names the nearest it does (``fit(devce=...)``: did you mean device=?), as the entry
-    points that take options do, where Python's TypeError names only the one refused."""
-    taken = [
-        p.name
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
-    ]
+    points that take options do, where Python's TypeError names only the one refused. Every
+    parameter ``fn`` takes by name is taken, ``self`` too (``Report.diff(self=a, other=b)``);
+    one given both positionally and by name is refused naming it."""
+    params = inspect.signature(fn).parameters.values()
+    keywords = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    taken = [k for k in keywords if k != "self"]  # (what the message lists)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        unknown = [k for k in kwargs if k not in taken]
+        unknown = [k for k in kwargs if k not in keywords]
         if unknown:
             raise ModelProfError(
                 f"{fn.__qualname__}() takes no keyword(s) {unknown}"
                 f"{nearest_keywords(unknown, taken)}; it takes {taken}"
+            )
+        twice = [k for k in positional[: len(args)] if k in kwargs]
+        if twice:
+            raise ModelProfError(
+                f"{fn.__qualname__}() got {twice[0]}= twice, positionally and as a keyword; "
+                "give it once"
             )
         return fn(*args, **kwargs)
 

@@ -186,3 +186,45 @@ def test_meta_inputs_for_a_model_on_the_cpu_are_refused_by_name() -> None:
         assert "runs on cpu" in str(err.value) and "device='meta'" in str(err.value)
     # counting from the shapes stays possible: 2 rows x 4 x 4 = 32 MACs
     assert modelprof.profile(model, x, device="meta").totals["macs"] == 32
+
+
+class _SelfKeyword(nn.Module):
+    """A forward with keywords named as modelprof's and torch's own parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(this, x, self=None, model=None, inputs=None, fn=None):
+        extra = [t for t in (self, model, inputs, fn) if t is not None]
+        return this.lin(x) + sum(t.sum() for t in extra)
+
+
+def test_inputs_keys_named_as_modelprofs_or_torchs_own_parameters() -> None:
+    from modelprof.errors import keywords_named
+
+    x, net = torch.randn(2, 4), _SelfKeyword()
+    # keys named as modelprof's own parameters (model=, inputs=, fn=) reach the forward
+    given = {"x": x, "model": x, "inputs": x, "fn": x}
+    assert profile(net, given, timing=False).totals["macs"] == 32  # 2*4*4
+    # self= cannot: Module.__call__(self, *args, **kwargs) binds it, as net(self=x) does in
+    # PyTorch; the forward's TypeError was reported as "the forward pass failed before any
+    # module ran" -- now refused before running, naming the key and the positional way
+    with pytest.raises(ModelProfError, match=r"^inputs key 'self' cannot reach _SelfKeyword"):
+        profile(net, {"x": x, "self": x}, timing=False)
+    assert profile(net, (x, x), timing=False).totals["macs"] == 32  # positionally: it runs
+    # a plain function takes self= as any keyword
+    mi = make_inputs(lambda x, self: x + self, inputs={"x": x, "self": x})
+    assert set(mi.kwargs) == {"x", "self"}
+
+    # keywords_named took every parameter but self: Report.diff(self=a, other=b) was refused
+    class Box:
+        @keywords_named
+        def add(self, other: int = 0) -> int:
+            return 1 + other
+
+    assert Box.add(self=Box(), other=2) == 3
+    with pytest.raises(ModelProfError, match=r"Box.add\(\) got self= twice, positionally"):
+        Box().add(self=Box())
+    with pytest.raises(ModelProfError, match=r"takes no keyword\(s\) \['slf'\].*it takes \['ot"):
+        Box().add(slf=1)

@@ -225,6 +225,7 @@ def make_inputs(
         return ModelInputs(args, {}, dev, make_dtype, b)
 
     args, kwargs = split_inputs(inputs)
+    _refuse_call_keywords(model, kwargs)
     _refuse_meta_inputs(args, kwargs, dev)
     kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
     move = functools.partial(to_placement, device=dev, dtype=dt)
@@ -244,6 +245,30 @@ def make_inputs(
     _refuse_unmoved(args, kwargs, dev)
     notes = (note,) if note else ()
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def _refuse_call_keywords(model: Any, kwargs: dict[str, Any]) -> None:
+    """Refuse a keyword input named as the parameter the module's own ``__call__`` binds the
+    module to (``self``: ``Module.__call__(self, *args, **kwargs)``), which never reaches the
+    forward: the same call fails in PyTorch itself (``got multiple values for argument
+    'self'``). A plain callable gets every keyword, and a ``__call__`` of the model's own its
+    other parameters."""
+    if not isinstance(model, nn.Module) or not kwargs:
+        return
+    try:
+        first = next(iter(inspect.signature(type(model).__call__).parameters.values()), None)
+    except (TypeError, ValueError):  # a __call__ without a signature: nothing to tell
+        return
+    if first is None or first.kind is not first.POSITIONAL_OR_KEYWORD or first.name not in kwargs:
+        return
+    key, name = first.name, type(model).__name__
+    raise ModelProfError(
+        f"inputs key {key!r} cannot reach {name}.forward as a keyword: calling a module binds "
+        f"{key}= to {name}.__call__'s own parameter (the module itself), so model({key}=...) "
+        "fails in PyTorch too; give that input positionally, in its place among the forward's "
+        f"parameters (inputs=((x, value),) for forward(this, x, {key})), or rename the "
+        "forward's parameter"
+    )
 
 
 def _refuse_meta_inputs(args: tuple, kwargs: dict, dev: torch.device) -> None:
