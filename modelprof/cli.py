@@ -588,10 +588,11 @@ class _Context:
             self.made = _prepare_out(self.out)  # before any work: a bad --out fails in a second
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
-    def step_lines(self, say: Any) -> Any:
+    def step_lines(self, say: Any, every_rank: bool = False) -> Any:
         """Without a progress bar, a callback printing ``say(*step)`` to stderr per finished
-        step, so a long run written to a file shows it is alive; None with a bar."""
-        if self.progress or not self.speaker:
+        step, so a long run written to a file shows it is alive; None with a bar. Rank 0's
+        alone unless ``every_rank`` (a sweep's ranks each run their own steps)."""
+        if self.progress or not (self.speaker or every_rank):
             return None
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
@@ -1166,11 +1167,15 @@ def _run_sweep(ctx: _Context) -> int:
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
     earlier: list[str] = []  # this rank's rows read back from an earlier run in --out
 
-    def said(config: Any, row: Any) -> str:
-        again = f" (read back from an earlier run in {out}; --no-resume runs it again)"
-        return f"sweep: {config.name}: {row['status']}{again if row.get('read_back') else ''}"
+    world = os.environ.get("WORLD_SIZE", "1")
+    who = "" if world == "1" else f"rank {os.environ.get('RANK', '0')}: "
 
-    lines = ctx.step_lines(said)
+    def said(config: Any, row: Any) -> str:  # each rank says its own configurations
+        again = f" (read back from an earlier run in {out}; --no-resume runs it again)"
+        back = again if row.get("read_back") else ""
+        return f"sweep: {who}{config.name}: {row['status']}{back}"
+
+    lines = ctx.step_lines(said, every_rank=True)
 
     def on_config(config: Any, row: Any) -> None:
         if row.get("read_back"):
@@ -1192,8 +1197,6 @@ def _run_sweep(ctx: _Context) -> int:
         return int(failed > 0)  # one voice: rank 0 prints and has written the table
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
-    world = os.environ.get("WORLD_SIZE", "1")
-    who = "" if world == "1" else "rank 0: "
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
         f"{' (see the error column)' if failed else ''}; {world} rank(s)"

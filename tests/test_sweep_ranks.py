@@ -171,6 +171,10 @@ def test_a_killed_rank_resumes_from_its_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
     got = pd.read_csv(tmp_path / "out" / "sweep.csv")
     assert len(got) == 6 and (got["status"] == "ok").all()
+    # no terminal: one line per configuration, each from the rank that ran or read it (3 each)
+    said = [ln for ln in resumed.stderr.splitlines() if ln.startswith("modelprof: sweep: rank ")]
+    assert len(said) == 6, resumed.stderr[-3000:]
+    assert sum("sweep: rank 0: " in ln for ln in said) == sum("rank 1: " in ln for ln in said)
     for name, (mtime, text) in kept.items():  # skipped, not run again
         assert (folder / name).stat().st_mtime_ns == mtime and (folder / name).read_text() == text
     assert _same(got).equals(_same(sweep(config)))
