@@ -60,6 +60,18 @@ def test_a_layer_type_is_rough_where_a_row_summed_into_it_is(one_rough_relu, tmp
     pd.testing.assert_frame_equal(back, pd.DataFrame(kinds).reset_index(), check_exact=True)
 
 
+def test_a_printed_layer_type_table_shows_its_flags_as_marks_not_as_a_column(one_rough_relu):
+    # print(report.by_layer_type()) showed a "latency rough" column of yes/no beside the marks
+    # it drives; the frame keeps the flag (its files read it back: the test above)
+    kinds = one_rough_relu.by_layer_type()
+    assert kinds["latency_rough"].to_dict() == {"other": False, "activation": True}
+    text, html = repr(kinds), kinds._repr_html_()
+    assert "latency rough" not in text and "latency rough" not in html
+    assert _row(text, "activation").count("~") == 2 and "~" not in _row(text, "other")
+    assert html.count('class="r rough"') == 2  # the activation row's latency and its share
+    assert str(kinds) == text  # print() shows the same
+
+
 def test_torchstat_duration_is_marked_like_latency(one_rough_relu):
     r = one_rough_relu
     ts = r.to_dataframe("torchstat").set_index("module name")["latency_rough"]

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
@@ -15,6 +15,7 @@ __all__ = ["WholeFrame", "shown"]
 
 _UNITS = "modelprof_units"  # attrs key: column -> unit suffix for display ("_bytes")
 _CAPTION = "modelprof_caption"  # attrs key: a line shown above the table
+_MARKS = "modelprof_marks"  # attrs key: flags shown as the marks (~) they set, not as columns
 
 
 class WholeFrame(pd.DataFrame):
@@ -25,33 +26,47 @@ class WholeFrame(pd.DataFrame):
     def _constructor(self) -> type[pd.DataFrame]:
         return pd.DataFrame
 
-    def _display(self) -> tuple[pd.DataFrame, str | None]:
+    def _display(self) -> tuple[pd.DataFrame, str | None, list[str] | None]:
         """A plain copy whose column names carry their units (``inference`` as
-        ``inference_bytes``: shown as "inference" in bytes), and the caption."""
+        ``inference_bytes``: shown as "inference" in bytes), the caption, and the columns to
+        show (None: all): not the flags that mark their cells ``~`` (they stay in the copy,
+        which the marks are read from)."""
         units = self.attrs.get(_UNITS) or {}
         frame = pd.DataFrame(self).rename(columns={c: f"{c}{s}" for c, s in units.items()})
         frame.attrs = {}
-        return frame, self.attrs.get(_CAPTION)
+        marks = set(self.attrs.get(_MARKS) or ()) & set(frame.columns)
+        columns = [c for c in frame.columns if c not in marks] if marks else None
+        return frame, self.attrs.get(_CAPTION), columns
 
     def __repr__(self) -> str:
-        frame, caption = self._display()
+        frame, caption, columns = self._display()
         if frame.empty:
             return (caption + "\n" if caption else "") + "(no rows)"
-        return str(to_text(frame, show_totals=False, title=caption))
+        return str(to_text(frame, show_totals=False, title=caption, columns=columns))
 
     def _repr_html_(self) -> str:
-        frame, caption = self._display()
-        return str(to_html(frame, standalone=False, show_totals=False, caption=caption))
+        frame, caption, columns = self._display()
+        return str(
+            to_html(frame, standalone=False, show_totals=False, caption=caption, columns=columns)
+        )
 
 
 def shown(
-    df: pd.DataFrame, *, units: Mapping[str, str] | None = None, caption: str | None = None
+    df: pd.DataFrame,
+    *,
+    units: Mapping[str, str] | None = None,
+    caption: str | None = None,
+    marks: Iterable[str] = (),
 ) -> WholeFrame:
     """``df`` as a :class:`WholeFrame`; ``units`` gives a column whose name says no unit its
-    unit suffix (``{"inference": "_bytes"}``), ``caption`` a line shown above it."""
+    unit suffix (``{"inference": "_bytes"}``), ``caption`` a line shown above it, ``marks``
+    the flag columns (``latency_rough``) its display says by the cells they mark (``~``)
+    rather than as columns: the frame keeps them, as its files do."""
     out = WholeFrame(df)
     if units:
         out.attrs[_UNITS] = dict(units)
     if caption:
         out.attrs[_CAPTION] = caption
+    if marks:
+        out.attrs[_MARKS] = list(marks)
     return out

@@ -421,7 +421,7 @@ class Report(Exports):
         for i, c in enumerate(("macs", "flops")):  # rows' own, NaN of a zero total)
             total = self.totals[c]
             out.insert(at + i, f"{c}_pct", 100.0 * out[c] / total if total else float("nan"))
-        return shown(out)
+        return shown(out, marks=list(flags))  # printed: the flags as their sums' marks (~)
 
     # -- exporters: each takes modelprof.render.options.ViewOptions, as view= or keywords --------
     def _table(
