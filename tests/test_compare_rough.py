@@ -66,6 +66,18 @@ def test_a_loaded_models_latency_and_throughput_are_marked_in_every_export(hit_f
     pd.testing.assert_frame_equal(back[FLAGS], pd.DataFrame(df)[FLAGS], check_exact=True)
 
 
+def test_a_caption_says_what_the_marks_mean_only_where_the_table_shows_them(hit_first):
+    # columns= that hides every latency and throughput column: the text, Markdown and HTML
+    # captions still spoke of "~" on them (LaTeX's, fitted to what it keeps, did not)
+    df = hit_first
+    for fmt in ("text", "markdown", "html", "latex"):
+        counts = str(df.render.export(fmt, columns=["model", "params", "macs"]))
+        assert "marked" not in counts and "no figure to quote" not in counts, fmt
+        assert "ratio of medians" not in counts, fmt  # no ratio shown: nor how it is estimated
+        latency = str(df.render.export(fmt, columns=["model", "latency_median_ms"]))
+        assert "no figure to quote: hit" in latency and "throughput marked" not in latency, fmt
+
+
 def test_a_comparisons_figure_marks_the_loaded_bars(hit_first):
     pytest.importorskip("matplotlib")
     from modelprof.report.plots import plot_compare

@@ -273,6 +273,16 @@ def _check_columns(df: pd.DataFrame) -> None:
         )
 
 
+def _shown(df: pd.DataFrame, columns: Iterable[str] | str) -> list[str]:
+    """The columns a human table of ``df`` shows for ``columns`` (``"all"``: every one), the
+    index (``model``) among them."""
+    if isinstance(columns, str):
+        picked = list(map(str, df.columns)) if columns == "all" else [columns]
+    else:
+        picked = list(columns)
+    return [str(df.index.name), *picked]
+
+
 def export_comparison(
     df: pd.DataFrame,
     name: str,
@@ -305,13 +315,13 @@ def export_comparison(
     if fmt.human:
         given = given.fit_for(columns, view)
         columns = _default_columns(df) if columns is None or compact else columns
-        shown = None
-        if fmt.name == "latex":  # the caption speaks of the columns the page keeps
+        shown = _shown(df, columns)  # the caption speaks of the columns the table shows
+        if fmt.name == "latex":  # (those the page keeps)
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
         legend = compare_legend(df.attrs, shown)
-        if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
+        if fmt.name == "latex":  # the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
             ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
             caption = "; ".join(c for c in (caption, *ranks) if c)
