@@ -205,7 +205,7 @@ def compare(
     if run.opts.warn:  # a row alone is easy to miss
         for name, error in failed.items():
             warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
-    df = _table(table, baseline, run.env, run.timing_attrs, failed)
+    df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
     if run.notes:
         df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.notes]
     if run.backward:  # timed or not, its counts are the step's: the caption says so
@@ -272,6 +272,7 @@ class _Run:
         self.candidates: list[Candidate] = []
         self.steps: dict[str, Any] = {}
         self.env: dict[str, Any] = {}
+        self.dtype_words: dict[str, str] = {}  # "float32 under bfloat16 autocast", by model
         self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
         self.notes: list[str] = []  # the table's own: a throughput search's, by model
@@ -297,6 +298,7 @@ class _Run:
             **self.profile_options,
         )
         row = _report_row(report, size, self.inputs, self.batch_size)
+        self.dtype_words[name] = report._dtype_words()  # as its report's caption says it
         if search is not None:  # before this model's timers, whose copies would take memory
             row.update(_throughput_row(name, model, size, self, *search))
         if timing:
@@ -305,6 +307,12 @@ class _Run:
                 self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
         self.env = self.env or dict(report.env)
         return row
+
+    def env_of(self, baseline: str) -> dict[str, Any]:
+        """The table's environment: the timed baseline's (else the first model's), with its
+        ``dtype_words``, its report's (``env["dtype"]`` is the autocast dtype under amp)."""
+        words = self.dtype_words.get(baseline)
+        return {**self.env, "dtype_words": words} if words else dict(self.env)
 
     def forget(self, name: str) -> None:
         """Drop what was prepared to time ``name`` (it failed)."""

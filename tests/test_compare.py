@@ -575,6 +575,25 @@ def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path, timing
     }
 
 
+@pytest.mark.parametrize("timing", [False, True])
+def test_an_autocast_comparisons_caption_says_the_dtype_as_profiles_does(timing) -> None:
+    # under amp the caption read "bfloat16": env["dtype"] is the autocast dtype, where profile's
+    # caption says the inputs' dtype under it
+    from modelprof import profile
+
+    model = nn.Linear(8, 4)
+    quick = {"budget_s": 0.1, "warn": False} if timing else {}
+    df = compare({"a": model}, (8,), timing=timing, amp=torch.bfloat16, **quick)
+    words = profile(model, (8,), timing=False, amp=torch.bfloat16)._dtype_words()
+    assert words == "float32 under bfloat16 autocast"
+    assert df.attrs["env"]["dtype"] == "torch.bfloat16"  # the environment record, as ever
+    for fmt in ("text", "markdown", "html", "latex"):
+        out = str(df.render.export(fmt))
+        assert f"{words}, batch 1" in out and "), bfloat16, batch" not in out, fmt
+    plain = compare({"a": model}, (8,), timing=False)  # no autocast: the dtype alone
+    assert "), float32, batch 1" in str(plain.render.to_text())
+
+
 def test_a_training_comparisons_counts_say_they_are_the_steps() -> None:
     # a newcomer printed a training comparison's FLOPs as the forward's: they are the training
     # report's totals, the loss and AdamW's step included (14 x 4,680 params of Linear(64, 64)

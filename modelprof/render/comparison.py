@@ -118,7 +118,9 @@ def _default_columns(df: pd.DataFrame, raw: bool = False) -> list[str] | str:
 
 
 def env_caption(env: Mapping[str, Any]) -> str:
-    """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has."""
+    """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has; the
+    dtype as a comparison's models' reports word it where it has them (``dtype_words``:
+    ``float32 under bfloat16 autocast``, where ``dtype`` is the autocast's)."""
     parts = []
     device = env.get("device")
     name = env.get("device_name")
@@ -126,7 +128,8 @@ def env_caption(env: Mapping[str, Any]) -> str:
         parts.append(f"{device} ({name})" if name and name != device else str(device))
     elif name:
         parts.append(str(name))
-    keys = ("generation", ""), ("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")
+    dtype = "dtype_words" if env.get("dtype_words") else "dtype"
+    keys = ("generation", ""), (dtype, ""), ("batch_size", "batch "), ("torch_version", "torch ")
     for key, label in keys:
         if env.get(key) is not None:
             parts.append(f"{label}{str(env[key]).removeprefix('torch.')}")
