@@ -377,8 +377,8 @@ def _table(
             df[ratio] = df[column] / base[column] if base[column] else math.nan
     flag = "throughput_samples_per_s_rough"
     if flag in df.columns:  # a ratio with a rough side is rough; the caption says whose
-        rough = df[flag].eq(True)
-        df["throughput_x_rough"] = rough | bool(rough[baseline])
+        rough = df[flag].eq(True)  # (no ratio, no flag, for a model that failed)
+        df["throughput_x_rough"] = (rough | bool(rough[baseline])).where(df[flag].notna())
         if rough.any():
             df.attrs["rough_throughput"] = [str(n) for n in df.index[rough]]
     _keep_types(df, rows)
@@ -403,15 +403,16 @@ def _table(
 
 def _keep_types(df: pd.DataFrame, rows: Mapping[str, Mapping[str, Any]]) -> None:
     """Declared whole numbers stay whole (and exact) beside a missing one (a failed model's):
-    Int64 with <NA>, where pandas made them float64; flags True, False and None (not NaN), as
-    a CSV reads them back. (After the ratios: those are floats.)"""
+    Int64 with <NA>, where pandas made them float64; flags (declared, and a ratio's
+    ``latency_x_rough``) True, False and None (not NaN), as a CSV reads them back. (After the
+    ratios: those are floats.)"""
     for column in df.columns:
         declared = registry.column(column)
-        if declared is None or not df[column].isna().any():
+        if not df[column].isna().any():
             continue
-        if declared.dtype == "int64":
+        if declared is not None and declared.dtype == "int64":
             df[column] = registry.whole_column([rows[n].get(column) for n in df.index])
-        elif declared.dtype == "bool":
+        elif declared.dtype == "bool" if declared else str(column).endswith("_rough"):
             flags = [None if pd.isna(v) else bool(v) for v in df[column]]
             df[column] = pd.Series(flags, index=df.index, dtype=object)
 

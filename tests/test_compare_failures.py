@@ -74,6 +74,28 @@ def test_a_failed_models_row_stays_whole_and_reads_back_from_csv(timing):
         pd.testing.assert_frame_equal(back, pd.DataFrame(df), check_exact=True)
 
 
+@pytest.mark.parametrize("timing", [False, True])
+def test_a_table_of_the_models_that_ran_reads_back_from_csv_as_it_is(timing):
+    # filtered to the models that ran, a comparison keeps the dtypes a failure gave it (Int64
+    # counts and rank, flags True/False/None): its CSV, with no gap left, read back int64 and
+    # bool, and an error column of NaN as float64
+    import pandas as pd
+
+    from modelprof.render import read_csv
+
+    models = {"a": nn.Linear(4, 4), "b": nn.Linear(4, 8), "bad": _Boom()}
+    df = compare(models, (4,), timing=timing, **(QUICK if timing else {"warn": False}))
+    ran = df[df["error"].isna()]
+    assert list(ran.index) == ["a", "b"] and ran["params"].dtype == "Int64"
+    for table in (ran, df):
+        for kw in ({}, {"columns": ["params", "macs"]}):
+            back = read_csv(table.render.to_csv(**kw)).set_index("model")
+            want = pd.DataFrame(table)[back.columns]
+            pd.testing.assert_frame_equal(back, want, check_exact=True)
+            # (a selection keeps the error column: a CSV holds no dtypes, it says them)
+            assert "error" in back.columns
+
+
 def pd_isna(value) -> bool:
     import pandas as pd
 

@@ -286,6 +286,19 @@ def _shown(df: pd.DataFrame, columns: Iterable[str] | str) -> list[str]:
     return [str(df.index.name), *picked]
 
 
+def _raw_columns(df: pd.DataFrame, name: str, columns: Any) -> Any:
+    """A raw format's columns: the compact ones for ``"compact"``; in a CSV of a comparison in
+    which a model failed, its ``error`` column too (a CSV holds no dtypes: it is what tells
+    ``read_csv`` that the whole numbers are Int64 and the flags True/False/None, as in the
+    table, a table filtered to the models that ran included)."""
+    if isinstance(columns, str) and columns == "compact":
+        columns = _default_columns(df, raw=True)
+    if name != "csv" or "error" not in df.columns or columns is None or columns == "all":
+        return columns
+    picked = [columns] if isinstance(columns, str) else list(columns)
+    return picked if "error" in picked else [*picked, "error"]
+
+
 def export_comparison(
     df: pd.DataFrame,
     name: str,
@@ -313,8 +326,8 @@ def export_comparison(
             )
     columns = given.columns if columns is None else columns  # a view's, as a keyword's
     compact = isinstance(columns, str) and columns == "compact"
-    if compact and not fmt.human:  # (the index, model, is written as ever)
-        columns = _default_columns(df, raw=True)
+    if not fmt.human:  # (the index, model, is written as ever)
+        columns = _raw_columns(df, fmt.name, columns)
     if fmt.human:
         given = given.fit_for(columns, view)
         columns = _default_columns(df) if columns is None or compact else columns

@@ -4,8 +4,12 @@
 types each column by its declared dtype, else by what its values parse as (int64, float64 with
 empty fields as NaN, bool, else text); a declared int64 column with empty fields (a failed
 model's row) as nullable Int64. In a comparison's table (an ``error`` column and no ``status``)
-an empty ``error`` and a failed row's empty text are missing. Floats are written with ``repr``
-precision, so they read back bit for bit. No totals row is written: a CSV file is data.
+an empty ``error`` and a failed row's empty text are missing, and its declared whole numbers
+and flags are Int64 and True/False/None with or without empty fields, as compare() made them
+for a failed model (a table filtered to the models that ran keeps them: a comparison's CSV
+keeps its ``error`` column; a frame without one reads by its values, or as ``dtypes=`` says).
+Floats are written with ``repr`` precision, so they read back bit for bit. No totals row is
+written: a CSV file is data.
 """
 
 from __future__ import annotations
@@ -79,17 +83,19 @@ def _parses(values: list[str], kind: type) -> bool:
 
 def _as_flags(values: list[str], name: str) -> pd.Series:
     """True, False and None (an empty cell: a flag not set, a failed model's)."""
-    return pd.Series([None if v == "" else v == _TRUE for v in values], name=name)
+    return pd.Series([None if v == "" else v == _TRUE for v in values], name=name, dtype=object)
 
 
 def _as_whole(values: list[str], name: str) -> pd.Series:
-    """Whole numbers with empty cells (a failed model's, an unranked one's): Int64 with <NA>
-    there (:func:`modelprof.columns.whole_column`), else as their values parse."""
+    """Whole numbers that may have empty cells (a failed model's, an unranked one's): Int64
+    with <NA> there, as a comparison with a failed model holds them (a count beyond int64:
+    float64, :func:`modelprof.columns.whole_column`), else as their values parse."""
     if not _parses([v for v in values if v != ""], int):
         return _infer(values, name)
-    return pd.Series(
-        registry.whole_column([None if v == "" else int(v) for v in values]), name=name
-    )
+    ints = [None if v == "" else int(v) for v in values]
+    if all(v is None or -(2**63) <= v < 2**63 for v in ints):
+        return pd.Series(pd.array(ints, dtype="Int64"), name=name)
+    return pd.Series(registry.whole_column(ints), name=name)
 
 
 def _infer(values: list[str], name: str) -> pd.Series:
@@ -130,22 +136,42 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
 
 
-def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> pd.Series:
+def _read_column(
+    values: list[str], name: str, overrides: Mapping[str, str], failed: bool = False
+) -> pd.Series:
     """A column typed as asked (``overrides``), else as declared, else by its values; a declared
     int64 column with missing cells (a failed model's row) as nullable Int64, a column of flags
     with missing cells (``latency_stable``: None where it cannot be judged) as True, False and
-    None."""
+    None. ``failed``: a comparison's table with an ``error`` column (:func:`_has_failed`), whose
+    whole numbers and flags are those, missing cells or not, and its ``error`` text."""
     if name in overrides:
         return _typed(values, overrides[name], name)
     declared = registry.column(name)
-    if declared is not None and declared.dtype == "int64" and "" in values:
+    gaps = failed or "" in values
+    if failed and name == "error":  # (every model in it ran: all empty)
+        return _text_series(values, name)
+    if declared is not None and declared.dtype == "int64" and gaps:
         return _as_whole(values, name)
-    if declared is not None and declared.dtype == "bool" and "" in values:  # (all empty too)
+    if declared is not None and declared.dtype == "bool" and gaps:  # (all empty too)
         flags = set(values) <= {_TRUE, _FALSE, ""}
         return _as_flags(values, name) if flags else _infer(values, name)
     if declared is None:
-        return _infer(values, name)
+        flags = failed and name.endswith("_rough") and set(values) <= {_TRUE, _FALSE, ""}
+        return _as_flags(values, name) if flags else _infer(values, name)
     return _typed(values, declared.dtype, name)
+
+
+def _has_failed(raw: pd.DataFrame) -> bool:
+    """The CSV is a comparison's table in which a model failed (:func:`_failed_rows_missing`'s
+    ``model`` and ``error`` columns, no ``status``; its errors text, not numbers): compare()
+    made its whole numbers Int64 and its flags True/False/None for that row, and a table
+    filtered to the models that ran (``table[table["error"].isna()]``) keeps those dtypes."""
+    names = {_restore(str(c)) for c in raw.columns}
+    if not {"model", "error"} <= names or "status" in names:
+        return False
+    (error,) = [c for c in raw.columns if _restore(str(c)) == "error"][:1]
+    written = [str(v) for v in raw[error] if str(v) != ""]
+    return not written or not _parses(written, float)
 
 
 def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, str]) -> None:
@@ -259,10 +285,11 @@ def read_csv(
     if unknown:
         raise ModelProfError(f"dtypes names column(s) {unknown} not in {list(raw.columns)}")
     columns = {}
+    failed = _has_failed(raw)
     for written in raw.columns:
         name = _restore(str(written))
         values = [str(v) for v in raw[written]]
-        column = _read_column(values, name, overrides)
+        column = _read_column(values, name, overrides, failed)
         if _is_text(column):
             column = pd.Series(
                 [v if not isinstance(v, str) else _restore(v) for v in column],
