@@ -8,10 +8,12 @@ import pytest
 from test_render_fixture import ADDITIVE, report_frame, report_totals
 
 from modelprof.errors import ModelProfError
+from modelprof.render.formats import export
 from modelprof.render.views import (
     END_TO_END_LABEL,
     ROOT_LABEL,
     TOTAL_LABEL,
+    WHOLE_TOTAL_LABEL,
     column_spec,
     compact_columns,
     default_totals,
@@ -259,10 +261,22 @@ def test_totals_row_options() -> None:
     df = report_frame()
     assert prepare_table(df).totals is not None  # derived from the leaf rows
     assert prepare_table(df, report_totals(), show_totals=False).totals is None
-    # The totals stay the model's totals when rows are filtered.
+    # The totals stay the model's totals when rows are filtered (top_k: labelled so, below).
     t = prepare_table(df, leaf_only=True, top_k=1, columns=["module", "flops"])
     assert t.cells == (("conv1", "13.82 K"),)
-    assert t.totals == ("total", "16.64 K")
+    assert t.totals == (WHOLE_TOTAL_LABEL, "16.64 K")
+
+
+def test_a_top_k_tables_total_says_it_is_the_whole_models() -> None:
+    # top_k=1 showed one layer of 13.82 K FLOPs over a "total" of 16.64 K: the whole model's,
+    # which the label did not say; rows that add up to it (leaf_only, depth) keep "total"
+    df, totals = report_frame(), report_totals()
+    for how in ("text", "markdown", "latex", "html"):
+        assert "total (whole model)" in str(export(how, df, totals, leaf_only=True, top_k=1))
+    top = prepare_table(df, totals, leaf_only=True, top_k=1, columns=["module", "flops"])
+    assert top.totals == (WHOLE_TOTAL_LABEL, "16.64 K") == ("total (whole model)", "16.64 K")
+    leaves = prepare_table(df, totals, leaf_only=True, columns=["module", "flops"])
+    assert leaves.totals == (TOTAL_LABEL, "16.64 K")
 
 
 def test_torchstat_view_headers_and_no_derived_totals() -> None:

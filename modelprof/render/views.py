@@ -48,6 +48,7 @@ __all__ = [
     "COMPACT_COLUMNS",
     "ROOT_LABEL",
     "TOTAL_LABEL",
+    "WHOLE_TOTAL_LABEL",
     "END_TO_END_LABEL",
     "Table",
     "ColumnSpec",
@@ -86,6 +87,8 @@ ROOT_LABEL = "(root)"
 """How human-readable tables show the root module, whose qualified name is ``""``."""
 TOTAL_LABEL = "total"
 """The footer row of sums over the leaf rows (each shared parameter once)."""
+WHOLE_TOTAL_LABEL = "total (whole model)"
+""":data:`TOTAL_LABEL` where ``top_k`` shows some rows only: the sums stay the whole model's."""
 END_TO_END_LABEL = "end-to-end (clean run)"
 """The footer row of the median of the clean (uninstrumented) runs, which differs from the
 ``(root)`` row's latency, measured in the instrumented pass."""
@@ -543,7 +546,8 @@ def prepare_table(
     """Select rows and columns of ``df`` and render the cells, plus footer rows.
 
     The ``total`` row comes from ``totals`` (``Report.totals``), else from the leaf rows of the
-    *whole* table (none without a ``leaf`` column); ``end_to_end`` (``{"latency_ms": ...}``)
+    *whole* table (none without a ``leaf`` column), labelled :data:`WHOLE_TOTAL_LABEL` where
+    ``top_k`` keeps some rows only; ``end_to_end`` (``{"latency_ms": ...}``)
     adds the :data:`END_TO_END_LABEL` row; ``show_totals=False`` drops both. The view options
     (``view=`` or keywords) select rows, columns and units (``default_units`` where none).
     """
@@ -578,7 +582,9 @@ def prepare_table(
             )
             for i, row in enumerate(cells)
         )
-    footer = _footer(names, kinds, formatters, totals, end_to_end, units != "raw")
+    # with top_k the sums stay the whole model's, not the k rows': the label says so
+    label = WHOLE_TOTAL_LABEL if view.top_k is not None else TOTAL_LABEL
+    footer = _footer(names, kinds, formatters, (label, totals), end_to_end, units != "raw")
     return Table(
         columns=tuple(names),
         headers=tuple(headers),
@@ -657,18 +663,19 @@ def _footer(
     names: list[str],
     kinds: list[str],
     formatters: list[Callable],
-    totals: Mapping[str, Any] | None,
+    total: tuple[str, Mapping[str, Any] | None],
     end_to_end: Mapping[str, Any] | None,
     marks: bool = True,
 ) -> list[tuple[str, ...]]:
-    """The total and end-to-end rows, each labelled in the first text column that has no value
-    in either, else the first column that has none; a value whose ``<name>_rough`` is set
-    (the run said it is no figure to quote) marked rough (``marks``)."""
+    """The total (``(label, totals)``) and end-to-end rows, each labelled in the first text
+    column that has no value in either, else the first column that has none; a value whose
+    ``<name>_rough`` is set (the run said it is no figure to quote) marked rough (``marks``)."""
+    total_label, totals = total
     filled = {*(totals or {}), *(end_to_end or {})}
     free = [i for i, name in enumerate(names) if name not in filled]
     label_at = next((i for i in free if kinds[i] == "text"), free[0] if free else None)
     footer: list[tuple[str, ...]] = []
-    for label, values in ((TOTAL_LABEL, totals), (END_TO_END_LABEL, end_to_end)):
+    for label, values in ((total_label, totals), (END_TO_END_LABEL, end_to_end)):
         if values is None or not set(values) & set(names):
             continue  # a footer row with none of its columns shown would be a bare label
         footer.append(
