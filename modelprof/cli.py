@@ -99,7 +99,8 @@ TOKENS_HELP = (
     "sequence length of token inputs built for a language model, as calflops does: "
     "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
     "(config.vocab_size, else its token nn.Embedding, not a position table) and an all-ones "
-    "attention_mask when the forward takes one; --input adds or replaces named inputs"
+    "attention_mask when the forward takes one (on meta none for a transformers model, which "
+    "takes no mask as all ones); --input adds or replaces named inputs"
 )
 
 

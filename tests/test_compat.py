@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from typing import Any
 
 import pytest
@@ -530,6 +531,31 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
     assert set(kept) == {"input_ids"} and "all ones" in note
     # on the CPU nothing is dropped
     assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
+
+
+class _OwnConfigNeedsMask(nn.Module):
+    """A model of one's own that keeps a config and requires its mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = types.SimpleNamespace(vocab_size=100)
+        self.tok = nn.Embedding(100, 8)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.tok(input_ids) * attention_mask[..., None]
+
+
+def test_a_mask_is_optional_for_a_transformers_model_not_one_that_requires_it() -> None:
+    assert compat.mask_optional(transformers.LlamaForCausalLM(_llama_config()))
+    own = _OwnConfigNeedsMask()
+    assert not compat.mask_optional(own) and not compat.mask_optional(nn.Linear(2, 2))
+    ones = {"input_ids": torch.zeros(1, 4, dtype=torch.long), "attention_mask": torch.ones(1, 4)}
+    assert compat.meta_mask_dropped(own, ones, torch.device("meta")) == (ones, None)
+    # token_inputs on meta builds the mask it requires, and the count runs: 2 x 16 tokens
+    # embedded (no MACs), the mask's multiply 2 x 16 x 8 = 256 FLOPs
+    ids = token_inputs(own, 16, 2, device="meta")
+    assert set(ids) == {"input_ids", "attention_mask"}
+    assert profile(own, inputs=ids, device="meta", timing=False).totals["flops"] == 256
 
 
 # -- autograd's creation order ----------------------------------------------------------------

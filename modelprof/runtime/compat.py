@@ -73,6 +73,7 @@ __all__ = [
     "local_tensor",
     "meta_autocast",
     "meta_failure_hint",
+    "mask_optional",
     "meta_mask_dropped",
     "mha_device_check",
     "module_stack_type_name",
@@ -637,18 +638,32 @@ def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
     ]
 
 
+def mask_optional(model: Any) -> bool:
+    """Whether ``model`` is a transformers model whose forward takes no ``attention_mask`` as
+    all ones: one with a ``config`` whose forward's ``attention_mask`` has a default (a model
+    of one's own that keeps a config and requires a mask is not). Checked on transformers
+    4.46, 5.17 and 5.24."""
+    if not hasattr(model, "config"):
+        return False
+    try:
+        mask = inspect.signature(model.forward).parameters.get("attention_mask")
+    except (TypeError, ValueError):
+        return False
+    return mask is not None and mask.default is not inspect.Parameter.empty
+
+
 def meta_mask_dropped(
     model: Any, kwargs: dict[str, Any], device: torch.device
 ) -> tuple[dict[str, Any], str | None]:
     """Keyword inputs for a transformers model counted on meta, and the note: an all-ones
-    ``attention_mask`` (whose values transformers reads) means no mask, so it is left out.
-    Checked on transformers 4.46, 5.17 and 5.24."""
+    ``attention_mask`` (whose values transformers reads) means no mask, so it is left out
+    (:func:`mask_optional`). Checked on transformers 4.46, 5.17 and 5.24."""
     mask = kwargs.get("attention_mask")
     if (
         device.type != "meta"
         or not isinstance(mask, torch.Tensor)
         or mask.device.type == "meta"
-        or not hasattr(model, "config")
+        or not mask_optional(model)
         or not bool((mask == 1).all())
     ):
         return kwargs, None

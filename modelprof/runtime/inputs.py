@@ -576,9 +576,10 @@ def token_inputs(
     """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
     ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
     without ``input_ids`` (:func:`_ids_go_positionally`), and an all-ones ``attention_mask``
-    when the forward takes one, except on meta for a transformers model (one with a
-    ``config``): it reads a mask's values, which meta tensors do not have, and takes no mask
-    as all ones (``compat.meta_mask_dropped`` leaves out such a mask given with values)."""
+    when the forward takes one, except on meta for a transformers model
+    (``compat.mask_optional``): it reads a mask's values, which meta tensors do not have, and
+    takes no mask as all ones (``compat.meta_mask_dropped`` leaves out such a mask given with
+    values)."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     seq_len = check_int("seq_len", seq_len)
@@ -593,7 +594,7 @@ def token_inputs(
     params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     where = torch.device(device) if device is not None else torch.device("cpu")
-    if "attention_mask" in params and not (where.type == "meta" and hasattr(model, "config")):
+    if "attention_mask" in params and not (where.type == "meta" and compat.mask_optional(model)):
         specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
     tokens = batch_size * seq_len
     need = tokens * 8 * len(specs)  # int64 ids (and mask)
