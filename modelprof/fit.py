@@ -7,9 +7,8 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = byt
 
 - inference: weights x b + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
   cross-attention included) / min(tp, kv_heads) + a recurrent (Mamba) state per sequence x
-  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs), / tp:
-  the largest is a layer tensor parallelism splits (the MLP's intermediate, the heads' scores,
-  the logits), as the training step's saved activations are divided;
+  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs; not
+  divided);
 - training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
   optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
   for the backward as ``profile(..., backward=True)`` counts them (trained on the model's own
@@ -897,7 +896,7 @@ def _inference(
     return {
         "weights": elements * spec.dtype.itemsize + -(-counts["stored"] // spec.tp),
         "kv_cache": kv,
-        "activation": -(-counts["activation"] // spec.tp),
+        "activation": counts["activation"],
     }
 
 
