@@ -8,7 +8,9 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = byt
 - inference: weights x b + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
   cross-attention included) / min(tp, kv_heads) + a recurrent (Mamba) state per sequence x
   batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs; not
-  divided);
+  divided by tp: a rank holds a column-parallel layer's share, but the whole of a norm's or a
+  row-parallel layer's hidden-sized output, and which one is the largest per rank is not
+  known here; the saved activations below assume sequence parallelism, which splits those);
 - training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
   optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
   for the backward as ``profile(..., backward=True)`` counts them (trained on the model's own
