@@ -587,13 +587,15 @@ class _Context:
             self.formats = self.formats or _DEFAULT_FORMATS
             _check_writers(self.formats)  # before any work: no half-written --out
             self.made = _prepare_out(self.out)  # before any work: a bad --out fails in a second
-        self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
+        self.bars = bool(args.progress or _isatty(stderr))  # rank 0 shows bars (the others: none)
+        self.progress = self.bars and self.speaker
 
     def step_lines(self, say: Any, every_rank: bool = False) -> Any:
         """Without a progress bar, a callback printing ``say(*step)`` to stderr per finished
         step, so a long run written to a file shows it is alive; None with a bar. Rank 0's
-        alone unless ``every_rank`` (a sweep's ranks each run their own steps)."""
-        if self.progress or not (self.speaker or every_rank):
+        alone unless ``every_rank`` (a sweep's ranks each run their own steps; none where rank
+        0 shows a bar)."""
+        if (self.bars if every_rank else self.progress) or not (self.speaker or every_rank):
             return None
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 import time
@@ -13,7 +14,7 @@ import torch
 from helpers import MLP_NETS
 
 import modelprof
-from modelprof import sweep
+from modelprof import cli, sweep
 from modelprof.distributed.sweep import COUNTED_COLUMNS
 from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
@@ -578,3 +579,23 @@ def test_rows_of_two_sequence_lengths_are_two_series_of_batch_sizes() -> None:
         two = pd.DataFrame([row(1, 100.0, **{key: values[0]}), row(2, 10.0, **{key: values[1]})])
         _mark_neighbours(two, "latency")
         assert not two["latency_rough"].any(), key
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_sweeps_lines_come_from_every_rank_only_where_rank_0_shows_no_bar(
+    terminal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on a terminal rank 0 shows the bar and no rank prints lines (they would cut through the
+    # bar); without one every rank prints the lines of the configurations it ran
+    class Stream(io.StringIO):
+        def isatty(self) -> bool:
+            return terminal
+
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        args = cli.build_parser().parse_args(["sweep", "grid.toml"])
+        ctx = cli._Context(args, io.StringIO(), Stream())
+        assert ctx.progress is (terminal and rank == "0")
+        lines = ctx.step_lines(lambda *step: "x", every_rank=True)
+        assert (lines is None) is terminal
