@@ -3,6 +3,8 @@ optimizer rows, saved-tensor bytes, the meta device, AMP, and agreement with Flo
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -557,3 +559,14 @@ def test_a_backward_failing_in_a_custom_function_names_its_module() -> None:
     assert "failed in the backward of module '1' (_Custom): ValueError: no gradient here" in str(
         info.value
     )
+
+
+def test_a_dynamically_quantized_model_s_refused_step_names_its_packed_weights() -> None:
+    float_model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's notice that eager quantization moved to torchao
+        model = torch.ao.quantization.quantize_dynamic(float_model, {nn.Linear}, torch.qint8)
+    # no nn.Parameter is left; the packed weights and biases are 64 x 128 + 128 + 128 x 32 + 32
+    # = 12,448 elements, as the table's params column counts them
+    with pytest.raises(ModelProfError, match=r"its 12,448 weights are packed quantized weights"):
+        profile(model, (64,), backward=True, timing=False)

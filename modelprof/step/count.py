@@ -27,6 +27,7 @@ from torch import nn
 from modelprof.counting.collectives import add_collective, ddp_gradient_collectives, merge_comm
 from modelprof.counting.counter import FixedScope, OpCounter, OpStats
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
+from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import (
     StaticResult,
@@ -279,9 +280,13 @@ def trainable_check(model: nn.Module, inputs: Any = None) -> None:
     params = {id(p): p for p in model.parameters()}
     if any(p.requires_grad for p in (*params.values(), *iter_tensors(inputs))):
         return
+    packed = module_packed_weights(model)[0]
     what = (
         f"all {len(params)} of its parameters are frozen (requires_grad=False)"
         if params
+        else f"its {packed:,} weights are packed quantized weights, which autograd does not "
+        "train, and it has no nn.Parameter"
+        if packed
         else "it has no parameters"
     )
     raise ModelProfError(
