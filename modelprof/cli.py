@@ -809,10 +809,11 @@ def _run_profile(ctx: _Context) -> None:
         return
     # cost always; time and roofline when measured, as report.export("png", path) writes them
     figures = [(f"{name}_{figure}", draw) for figure, draw in report.figures()]
-    ctx.write_formats(  # json: the whole report, independent of the table's style
+    depth = {} if args.depth is None else {"depth": args.depth}
+    ctx.write_formats(  # json: the whole report, independent of the table's style, at --depth
         name if args.style == "modelprof" else f"{name}_torchstat",
         lambda f, p: (
-            report.to_json(p)
+            report.to_json(p, **depth)
             if f == "json"
             else report.export(f, p, **(shown if get_format(f).human else view))
         ),

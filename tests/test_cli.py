@@ -162,6 +162,17 @@ def test_profile_torchvision_model(capsys: pytest.CaptureFixture) -> None:
     assert "MACs 1,814,073,344" in out
 
 
+def test_depth_applies_to_every_file_written_json_too(tmp_path: Path) -> None:
+    from modelprof.render import read_csv, read_json
+
+    argv = ["profile", "resnet18", "--no-timing", "--depth", "1", "--input-size", "3,32,32"]
+    assert main([*argv, "--out", str(tmp_path), "--format", "csv,json"]) == 0
+    # depth 1: the root and its 10 children (conv1, bn1, relu, maxpool, layer1-4, avgpool, fc)
+    csv_rows = read_csv(tmp_path / "resnet18.csv")
+    json_rows = read_json(tmp_path / "resnet18.json")[0]
+    assert len(csv_rows) == len(json_rows) == 11
+
+
 def test_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
     assert main(["profile", "resnet1800", "--no-timing"]) == 2
     err = capsys.readouterr().err
