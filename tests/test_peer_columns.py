@@ -46,17 +46,30 @@ def test_memory_estimate_inference_and_training_step() -> None:
     r = profile(_half_frozen(), (4,), timing=False)
     est = r.memory_estimate()
     # float32: params 23*4 = 92 B (trainable 8*4 = 32), no buffers, input 4*4 = 16 B;
-    # largest leaf working set: Linear(4, 3) in 16 + out 12 = 28 B; leaf outputs 12 + 8 = 20 B
+    # largest leaf working set beyond the input (its own row): Linear(4, 3) reads the input
+    # (16 B, counted there) and writes 12 B; Linear(3, 2) reads 12 and writes 8 = 20 B; leaf
+    # outputs 12 + 8 = 20 B
     assert est.loc["parameters", "inference"] == 92
-    assert est.loc["activations", "inference"] == 28
-    assert est.loc["total", "inference"] == 92 + 16 + 28  # 136
+    assert est.loc["activations", "inference"] == 20
+    assert est.loc["total", "inference"] == 92 + 16 + 20  # 128
     assert est.loc["saved for backward", "training_step"] == 20  # estimated
     assert est.loc["gradients", "training_step"] == 32
     # Adam's m, v (2 x 32 B) and its 4-byte step for each of the 2 trainable tensors
     assert est.loc["optimizer state", "training_step"] == 2 * 32 + 2 * 4
-    assert est.loc["total", "training_step"] == 92 + 16 + 28 + 20 + 32 + 72  # 260
+    assert est.loc["total", "training_step"] == 92 + 16 + 20 + 20 + 32 + 72  # 252
     assert r.memory_estimate(optimizer_states=0).loc["optimizer state", "training_step"] == 0
-    assert "estimated memory: inference 136 B" in r.summary()
+    assert "estimated memory: inference 128 B" in r.summary()
+
+
+def test_memory_estimate_counts_the_input_once() -> None:
+    # one Linear(512, 512) without bias at batch 512, float32: weight 1 MiB, input 1 MiB,
+    # output 1 MiB; the peak holds those three, and the leaf's input is the model's input
+    r = profile(nn.Linear(512, 512, bias=False), (512,), batch_size=512, timing=False)
+    est = r.memory_estimate()
+    mib = 512 * 512 * 4
+    assert est.loc["inputs", "inference"] == mib
+    assert est.loc["activations", "inference"] == mib  # the output alone
+    assert est.loc["total", "inference"] == 3 * mib
 
 
 def test_memory_estimate_of_a_profiled_training_step() -> None:

@@ -2,7 +2,9 @@
 the static pass saw (torchinfo's "estimated total size", itemised).
 
 Inference: parameters + buffers + inputs + the activations, taken as the largest working set of
-one leaf call (its inputs and outputs): a lower bound of the true peak. A training step adds the
+one leaf call (its inputs and outputs) beyond the model's inputs, which their own row holds (a
+leaf fed tensors of the model's input shapes is taken to read them): a lower bound of the true
+peak. A training step adds the
 gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
 tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
 for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
@@ -40,6 +42,9 @@ class MemoryFacts:
     input_bytes: int
     working_set_bytes: int
     leaf_output_bytes: int
+    #: the largest working set without the model's inputs (a leaf that reads them: the inputs
+    #: row has them); what the estimate adds to the inputs
+    working_set_beyond_inputs_bytes: int = 0
     #: the trainable parameters' shapes, each tensor once: what per-tensor state is sized by
     trainable_shapes: tuple[tuple[int, ...], ...] = ()
 
@@ -62,8 +67,24 @@ def memory_facts(
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),
+        working_set_beyond_inputs_bytes=_beyond_inputs(records, leaves, int(input_bytes)),
         trainable_shapes=tuple(tuple(p.shape) for p in trainable),
     )
+
+
+def _beyond_inputs(records: Sequence[Any], leaves: Sequence[Any], input_bytes: int) -> int:
+    """The largest leaf working set (inputs + outputs) less the model's inputs where the leaf
+    is fed tensors of the model's input shapes (the first layer, or the model itself when it is
+    one leaf): those bytes are the inputs row's, and counting them twice overstated the
+    bound."""
+    root = next((r for r in records if r.parent is None), None)
+    shapes = None if root is None else root.input_shapes
+
+    def beyond(r: Any) -> int:
+        reads_inputs = shapes is not None and r.input_shapes == shapes
+        return r.input_bytes + r.output_bytes - (min(r.input_bytes, input_bytes) * reads_inputs)
+
+    return max(map(beyond, leaves), default=0)
 
 
 def estimate_memory(
@@ -91,9 +112,10 @@ def estimate_memory(
         ("inputs", facts.input_bytes, facts.input_bytes, "the input tensors"),
         (
             "activations",
-            facts.working_set_bytes,
-            facts.working_set_bytes,
-            "largest leaf call's inputs + outputs (a lower bound of the peak)",
+            facts.working_set_beyond_inputs_bytes,
+            facts.working_set_beyond_inputs_bytes,
+            "largest leaf call's inputs + outputs beyond the model's inputs (a lower bound "
+            "of the peak)",
         ),
         ("saved for backward", 0, saved, saved_how),
         ("gradients", 0, facts.trainable_param_bytes, "one per trainable parameter"),
