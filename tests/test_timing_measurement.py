@@ -313,6 +313,9 @@ def test_a_budget_stop_below_min_samples_warns_once_naming_n():
     assert len(rec) == 1
     assert "n=3 samples" in str(rec[0].message) and "min_samples=10" in str(rec[0].message)
     assert "UNDERSAMPLED (min 10)" in repr(m)
+    # one run of repeat=1 has no interval: undersampled, with no minimum asked to name
+    one = Measurement([50.0], stop_reason="repeat")
+    assert one.undersampled and "UNDERSAMPLED" in repr(one) and "min None" not in repr(one)
     assert m.stats()["undersampled"] is True
 
 

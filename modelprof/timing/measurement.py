@@ -637,7 +637,8 @@ class Measurement:
             + self._drift_text()
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")
-            + (f", UNDERSAMPLED (min {self.min_samples})" if self.undersampled else "")
+            + (", UNDERSAMPLED" if self.undersampled else "")
+            + (f" (min {self.min_samples})" if self.undersampled and self.min_samples else "")
             + (", NOISY" if self.noisy else ""),
         ]
         if self.compile_ms is not None:
