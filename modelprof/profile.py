@@ -206,7 +206,15 @@ def _timed_passes(
         step_cols, step_rows, training_step = step_columns(keys, records, step_cost, step_timing)
         columns.append(step_cols)
         if step_timing is not None:
-            training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts)
+            regimes = _regimes(model, spec.opts)
+            if regimes:
+                timed.notes.append(
+                    f"per-layer backward times are of the eager model ({regimes} applies to "
+                    "the clean training steps only, which run its compiled forward and "
+                    "backward: hooks cannot see inside them); the step's phase medians are "
+                    "the compiled model's"
+                )
+            training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts, regimes)
     return join_rows(rows, columns, step_rows), timed, training_step
 
 
@@ -513,18 +521,19 @@ def _say_disagreement(agreement: Any, notes: list[str], warn: bool) -> None:
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
 
 
-def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
+def _judge_backward(timing: Any, notes: list[str], opts: Any, regimes: str = "") -> Any:
     """Whether the instrumented backward passes (the rows' backward times, their stamps' cost
     taken off where it was) agree with the clean backward; when not, a note and (``warn``) a
     warning, as the forward's window check; where the per-node stamps explain the difference,
-    the note alone. The stamps' cost, taken off or not, is said in a note."""
+    the note alone. The stamps' cost, taken off or not, is said in a note. ``regimes``: the
+    modes only the clean steps run in (a ``torch.compile``'d model's)."""
     cost = timing.stamp_cost
     corrected = cost is not None and cost.applied
     if cost is not None:
         notes.append(_stamp_note(cost, timing.nodes, off=not opts.correct_overhead))
     plain = Measurement(timing.plain_ms) if timing.plain_ms is not None else None
     agreement = judge_backward(
-        timing.backward, timing.passes, timing.nodes, corrected, timing.rows_ms, plain
+        timing.backward, timing.passes, timing.nodes, corrected, timing.rows_ms, plain, regimes
     )
     _say_disagreement(agreement, notes, warn=opts.warn and agreement.alarming)
     return agreement

@@ -611,6 +611,23 @@ def test_the_eager_flex_attention_switch_is_set_and_put_back() -> None:
     assert compat.eager_flex_attention(None) is None  # None: leave it as it is
 
 
+# -- torch.compile's module ---------------------------------------------------------------------
+def test_compiled_original_and_a_copy_compiled_alike() -> None:
+    model = nn.Linear(3, 2)
+    compiled = torch.compile(model, backend="eager")
+    assert compat.compiled_original(compiled) is model
+    assert compat.compiled_original(model) is None
+    assert compat.compiled_original(lambda x: x) is None
+    twin = nn.Linear(3, 2)
+    again = compat.compiled_like(compiled, twin)
+    assert compat.compiled_original(again) is twin
+    assert again.dynamo_ctx is compiled.dynamo_ctx  # the same backend and options
+    x = torch.randn(4, 3)
+    assert torch.equal(again(x), twin(x))
+    with pytest.raises(TypeError, match="not a torch.compile'd module"):
+        compat.compiled_like(model, twin)
+
+
 # -- torch.distributed's private names, under the in-process fake backend --------------------
 def test_the_process_group_names_under_a_fake_group() -> None:
     import torch.distributed as dist

@@ -223,7 +223,10 @@ class Report(Exports):
             timed = df["backward_latency_ms"].notna() & np.array(
                 [r.kind != "optimizer" for r in self.rows]
             )
-            df["backward_latency_rough"] = timed & (not backward.agree)
+            # (as the forward's: two regimes, a torch.compile'd model's, make no row rough)
+            df["backward_latency_rough"] = timed & (
+                not backward.agree and not backward.between_regimes
+            )
         return df.drop(columns=PROOF_COLUMN, errors="ignore")
 
     @property
@@ -739,7 +742,7 @@ class Report(Exports):
                     "took more than half of a span)"
                 )
         backward = self.backward_agreement
-        if backward is not None and not backward.agree:  # the backward's rows: its own reason
+        if backward is not None and not (backward.agree or backward.between_regimes):
             why = {
                 "stamps": "they include the per-node stamps' cost",
                 "imprecise": "they and the clean backward are too noisy to compare",

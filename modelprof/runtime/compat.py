@@ -36,6 +36,8 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "compiled_like",
+    "compiled_original",
     "cpu_sdpa_fuses_3d",
     "cuda_sleep",
     "fast_range",
@@ -419,6 +421,27 @@ def optional_ops(*names: str, namespace: str = "aten") -> list:
         except (AttributeError, RuntimeError):
             continue
     return found
+
+
+# -- torch.compile: the module it returns ------------------------------------------------------
+def compiled_original(module: Any) -> torch.nn.Module | None:
+    """The module that ``torch.compile(module)`` wraps (an ``OptimizedModule``'s ``_orig_mod``),
+    None for anything else. Checked on torch 2.4-2.14 (``torch._dynamo.eval_frame``; not
+    imported here: where dynamo was never loaded, nothing was compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    if wrapper is None or not isinstance(module, wrapper):
+        return None
+    return module._orig_mod
+
+
+def compiled_like(compiled: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` compiled as ``compiled`` (a ``torch.compile``'d module) is: the same backend,
+    mode and options (its ``dynamo_ctx``), for a copy of its original to run as the user's
+    runs. Checked on torch 2.4-2.14 (``OptimizedModule(mod, dynamo_ctx)``)."""
+    if compiled_original(compiled) is None:
+        raise TypeError(f"{type(compiled).__name__} is not a torch.compile'd module")
+    return type(compiled)(module, compiled.dynamo_ctx)
 
 
 # -- torch.distributed: FSDP2 and DTensor moved out of _composable / _tensor in torch 2.6 -------

@@ -151,7 +151,10 @@ class Phases(dict):
 
 @dataclasses.dataclass(eq=False)
 class _Step:
-    """One training step of a copy of the model, in phases that keep what the next one needs."""
+    """One training step of a copy of the model, in phases that keep what the next one needs.
+    ``model`` is the eager module the hooks see; ``clean``, where the user's model is
+    ``torch.compile``'d, the copy compiled as it is, which the clean steps run (its compiled
+    forward and backward: what a training loop with the user's model runs)."""
 
     model: nn.Module
     args: tuple
@@ -163,6 +166,7 @@ class _Step:
     params: list[torch.Tensor]
     leaves: list[torch.Tensor]
     reset: Any = None  # puts back the inputs and target a step writes (None: none does)
+    clean: nn.Module | None = None  # the compiled copy the clean steps run (None: ``model``)
     optimizer: torch.optim.Optimizer | None = None
     snapshot: Snapshot | None = None  # with an optimizer: the parameters each block starts from
     out: Any = None
@@ -170,11 +174,14 @@ class _Step:
 
     def __post_init__(self) -> None:
         # the forward phase ends when the collectives it started have (not in the loss's)
-        self.call = completing(self.model)
+        self.eager_call = completing(self.model)
+        self.call = self.eager_call if self.clean is None else completing(self.clean)
 
-    def forward(self) -> None:
+    def forward(self, eager: bool = False) -> None:
+        """The forward of a clean step, or (``eager``) of the eager module, as hooks see it."""
+        call = self.eager_call if eager else self.call
         with amp_context(self.device, self.amp):
-            self.out = self.call(*self.args, **self.kwargs)
+            self.out = call(*self.args, **self.kwargs)
 
     def loss(self) -> None:
         with amp_context(self.device, self.amp):
@@ -317,7 +324,7 @@ class _Instrumented:
         calls.begin()
         quiet: dict[tuple[int, int], list[int]] = {}
         with calls.hooked(step.model, self.names), self._noting_quiet(quiet):
-            step.forward()
+            step.forward(eager=True)
         if not (calls.counter == 0 and self.n_calls == 1):
             calls.check_complete("the counted pass", ", so its backward cannot be timed per layer")
         fwd.marks.mark(LOSS)
@@ -396,7 +403,7 @@ class _Instrumented:
         """One step's backward with no stamp (ms), the pair of an instrumented one."""
         step = self.step
         step.clear()
-        step.forward()
+        step.forward(eager=True)
         step.loss()
         if self._pair is None:
             self._pair = self.clock.stamps(2)
@@ -459,6 +466,14 @@ def device_bytes(tensors: list[torch.Tensor | None], device: torch.device) -> in
     return sum(storages.values())
 
 
+def _compiled(model: nn.Module, runner: nn.Module) -> nn.Module:
+    """``runner`` (the user's ``torch.compile``'d model's original, or a copy of it) compiled
+    as ``model`` is: the model itself where the steps run on its original."""
+    return (
+        model if runner is compat.compiled_original(model) else compat.compiled_like(model, runner)
+    )
+
+
 def _local_values(model: nn.Module) -> Snapshot:
     """This rank's part of each parameter, its values kept by a snapshot (the one restorer):
     what an optimizer step on the model itself changes."""
@@ -493,7 +508,8 @@ class StepTimer(Runner):
         self.mode = dataclasses.replace(mode.on(dev), no_grad=False, amp=None)
         self.inputs, self.spec, self.training = inputs, spec, mode.training
         dtype = mode.dtype
-        self.base = getattr(model, "_orig_mod", model)
+        original = compat.compiled_original(model)
+        self.base = model if original is None else original
         super().__init__(opts, dev, label or type(self.base).__name__, inputs.batch_size)
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
@@ -525,8 +541,10 @@ class StepTimer(Runner):
         leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
         target = move_target(spec.target, dev, dtype)
         self.flusher = CacheFlusher(dev) if opts.cold_cache else None
+        # a torch.compile'd model: the clean steps run compiled, as the user's model does
+        clean = None if original is None else _compiled(model, runner)
         self.step = _Step(
-            runner, args, kwargs, target, spec, dev, opts.amp, params, leaves, inputs.reset
+            runner, args, kwargs, target, spec, dev, opts.amp, params, leaves, inputs.reset, clean
         )
 
     def contexts(self) -> list[Any]:

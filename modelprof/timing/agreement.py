@@ -134,6 +134,12 @@ class TimingAgreement:
     plain_ms: float = math.nan
 
     @property
+    def between_regimes(self) -> bool:
+        """A disagreement of two regimes (``regimes``: a ``torch.compile``'d model's clean runs
+        against its eager per-layer passes), no sign the rows are off."""
+        return bool(self.regimes) and self.verdict == "disagree"
+
+    @property
     def alarming(self) -> bool:
         """A disagreement to warn about and mark ``!!``: any but what the stamps explain, or
         the instrumented window's own pace (notes, no alarm: else every small model's
@@ -240,8 +246,8 @@ class TimingAgreement:
         if self.regimes:
             return (
                 f"{head}as the clean runs use {self.regimes} and the per-layer passes the "
-                f"eager model; quote the clean end-to-end {_ms(self.clean_ms)} for the model "
-                "as it runs, and the per-layer rows by their latency share"
+                f"eager model; quote {w['clean']} {_ms(self.clean_ms)} for the model "
+                f"as it runs, and {w['rows']} by their {w['share']}"
             )
         head += (
             w["slower"]
@@ -407,9 +413,11 @@ def judge_backward(
     corrected: bool = False,
     rows_ms: float = math.nan,
     plain: Measurement | None = None,
+    regimes: str | None = None,
 ) -> TimingAgreement:
     """A training step's instrumented backward (``passes``) against its clean backward: as
-    :func:`judge_agreement`, except that, where the stamps' cost was not taken off
+    :func:`judge_agreement` (``regimes``: the modes only the clean steps use, a
+    ``torch.compile``'d model's, which explain a disagreement), except that, where the stamps' cost was not taken off
     (``corrected``), a disagreement (or a difference too noisy to judge) the per-node stamps
     can explain (the instrumented one slower by at most ``STAMP_BOUND_US`` per node of
     ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
@@ -418,10 +426,12 @@ def judge_backward(
     more than the tolerance is the verdict ``"leaves"``: under load the medians of parts need
     not add up. Corrected passes slower than the clean backward but within the tolerance of the
     ``plain`` backwards run beside them are the verdict ``"window"``: a note, no alarm."""
-    a = judge_agreement(clean, passes, math.nan, phase="backward")
+    a = judge_agreement(clean, passes, math.nan, phase="backward", regimes=regimes)
     a = dataclasses.replace(a, nodes=nodes, corrected=corrected)
     if not math.isfinite(a.ratio):  # a clean median of n/a (or 0): nothing to say they agree
         return dataclasses.replace(a, agree=False, verdict="imprecise")
+    if a.regimes and a.verdict in ("disagree", "imprecise"):  # two regimes: not the stamps
+        return a
     # (above only, as the forward's: a sum of medians of many small right-skewed parts reads
     # short of the median of their sums on a quiet machine too)
     over = a.passes_ms > 0 and rows_ms > a.passes_ms * (1.0 + AGREEMENT_TOLERANCE)

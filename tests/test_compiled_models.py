@@ -1,0 +1,95 @@
+"""``torch.compile``'d models: the clean runs (forward and training step) run what the user's
+model runs, compiled, and the per-layer passes its eager modules, with a note that says so.
+
+Which code ran is told by a backend that counts the calls of its compiled forward and backward
+graphs (``aot_autograd`` with counting compilers): nothing here rests on a duration."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch import nn
+from torch._dynamo.backends.common import aot_autograd
+
+from modelprof import compare, profile
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.errors.NoisyMeasurementWarning",
+    "ignore::modelprof.errors.TimingDisagreementWarning",
+    "ignore::modelprof.errors.FewSamplesWarning",
+)
+
+FAST = dict(repeat=3, warmup=1, roofline=False)
+
+
+def counting_backend() -> tuple[object, collections.Counter]:
+    """A torch.compile backend (AOT autograd, graphs run as traced) and the calls of its
+    compiled ``forward`` and ``backward`` graphs."""
+    calls: collections.Counter = collections.Counter()
+
+    def compiler(kind: str):
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+            def run(*args: object) -> object:
+                calls[kind] += 1
+                return gm(*args)
+
+            return make_boxed_func(run)
+
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward")), calls
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+
+
+def test_profile_times_a_compiled_models_training_step_compiled() -> None:
+    backend, calls = counting_backend()
+    model = _mlp()
+    r = profile(torch.compile(model, backend=backend), (8,), backward=True, **FAST)
+    # the clean steps ran the compiled backward (the eager steps of before ran none of it)
+    assert calls["backward"] >= r.training_step.backward_latency.n > 0
+    df = r.to_dataframe().set_index("module")
+    # the per-layer backward rows are the eager modules', said in a note, not marked rough
+    assert df.loc[["0", "1", "2"], "backward_latency_ms"].notna().all()
+    notes = " ".join(r.timing_notes)
+    assert "per-layer backward times are of the eager model" in notes
+    assert r.training_step.agreement.regimes == "torch.compile"
+
+
+def test_compare_times_a_compiled_models_training_step_compiled() -> None:
+    backend, calls = counting_backend()
+    model = _mlp()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    compiled = torch.compile(model, backend=backend)
+    df = compare(
+        {"eager": model, "compiled": compiled}, (8,), backward=True, optimizer="sgd", **FAST
+    )
+    assert calls["backward"] > 0  # the compiled model's steps ran its compiled backward
+    assert (df["step_latency_median_ms"] > 0).all()
+    # the steps ran on a copy: the user's parameters are as they were
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_backward_check_names_a_compiled_models_two_regimes() -> None:
+    from modelprof.timing.agreement import judge_backward
+    from modelprof.timing.measurement import Measurement
+
+    clean, passes = Measurement(np.full(12, 1.0)), Measurement(np.full(12, 1.3))
+    # 1.5 us a node over 200 nodes: without regimes the stamps would be blamed
+    assert judge_backward(clean, passes, 200).verdict == "stamps"
+    a = judge_backward(clean, passes, 200, regimes="torch.compile")
+    assert a.verdict == "disagree" and a.between_regimes
+    assert (
+        "as the clean runs use torch.compile and the per-layer passes the eager model; quote "
+        "the clean backward 1.000 ms for the model as it runs, and the per-layer backward rows "
+        "by their backward latency share" in a.note()
+    )
+    assert not judge_backward(clean, passes, 200, True).between_regimes  # one regime: load
