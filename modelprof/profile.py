@@ -26,6 +26,7 @@ from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.runtime.compiled import compiled_words, eager_view
 from modelprof.runtime.device import tf32_enabled
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import (
@@ -507,7 +508,7 @@ def _pipelined(model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOpt
 def _regimes(model: nn.Module, opts: TimingOptions) -> str:
     """The modes the clean runs use and the per-layer passes cannot (empty when none)."""
     hidden = list(opts.end_to_end_only)
-    if hasattr(model, "_orig_mod"):
+    if compiled_words(model) is not None:
         hidden.insert(0, "torch.compile")
     return ", ".join(hidden)
 
@@ -654,11 +655,11 @@ def _measure(
     """The clean end-to-end measurement, the instrumented per-layer passes, and the notes on
     how the per-layer columns were measured."""
     runner = timing_runner(model, mi, mode, opts)
-    eager = getattr(runner, "_orig_mod", runner)  # a torch.compile'd module fires no hooks
     notes: list[str] = []
     hidden = list(opts.end_to_end_only)
-    if eager is not runner:
-        hidden.insert(0, "the model is torch.compile'd")
+    compiled = compiled_words(runner)  # a compiled model fires no hooks inside its graph
+    if compiled is not None:
+        hidden.insert(0, compiled)
     if hidden:
         notes.append(
             f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
@@ -672,7 +673,10 @@ def _measure(
         compile=False, cuda_graph=False, transfer=False, latency_mode="latency"
     )
     instrument = time_kernels if opts.layer_instrument(mi.device) == "kernels" else time_layers
-    layers = instrument(eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts)
+    with eager_view(runner) as eager:
+        layers = instrument(
+            eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
+        )
     if instrument is time_kernels:
         notes.append(kernel_note(layers, latency))
         return latency, layers, notes

@@ -628,6 +628,29 @@ def test_compiled_original_and_a_copy_compiled_alike() -> None:
         compat.compiled_like(model, twin)
 
 
+def test_a_module_compiled_in_place_its_copy_compiled_alike_and_its_eager_calls() -> None:
+    import copy
+
+    model = nn.Linear(3, 2)
+    assert not compat.compiled_in_place(model) and not compat.compiled_in_place(print)
+    model.compile(backend="eager")
+    assert compat.compiled_in_place(model)
+    compiled_call = model._compiled_call_impl
+    twin = copy.deepcopy(model)
+    assert not compat.compiled_in_place(twin)  # a deep copy drops the compiled call
+    compat.compile_in_place_like(model, twin)
+    assert compat.compiled_in_place(twin)
+    with torch.no_grad():
+        twin.weight.zero_()
+        twin.bias.fill_(1.0)
+    assert torch.equal(twin(torch.randn(4, 3)), torch.ones(4, 2))  # the copy's own parameters
+    with pytest.raises(ModelProfError, match="cannot compile a copy of Linear"):
+        compat.compile_in_place_like(nn.Linear(3, 2), twin)  # one not compiled in place
+    with compat.eager_calls([model, twin, nn.ReLU()]):
+        assert not compat.compiled_in_place(model) and not compat.compiled_in_place(twin)
+    assert model._compiled_call_impl is compiled_call and compat.compiled_in_place(twin)
+
+
 # -- torch.distributed's private names, under the in-process fake backend --------------------
 def test_the_process_group_names_under_a_fake_group() -> None:
     import torch.distributed as dist
@@ -694,6 +717,10 @@ PRIVATE = (
     "torch._decomp",
     "torch._dynamo.",
     "torch.overrides._",
+    "_orig_mod",
+    "OptimizedModule",
+    "dynamo_ctx",
+    "_compiled_call_impl",
 )
 
 

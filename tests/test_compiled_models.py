@@ -93,3 +93,38 @@ def test_the_backward_check_names_a_compiled_models_two_regimes() -> None:
         "by their backward latency share" in a.note()
     )
     assert not judge_backward(clean, passes, 200, True).between_regimes  # one regime: load
+
+
+# -- module.compile(): the call compiled in place -----------------------------------------------
+def _graph_breaks() -> int:
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
+def test_a_model_compiled_in_place_is_profiled_as_a_compiled_one() -> None:
+    backend, calls = counting_backend()
+    model = _mlp().eval()
+    model.compile(backend=backend)
+    compiled_call = model._compiled_call_impl
+    breaks = _graph_breaks()
+    r = profile(model, (8,), **FAST)
+    # the per-layer passes ran the eager modules: dynamo traced none of modelprof's hooks
+    assert _graph_breaks() == breaks
+    notes = " ".join(r.timing_notes)
+    assert "per-layer times are of the eager model" in notes and "model.compile()" in notes
+    assert r.to_dataframe()["latency_ms"].notna().all()
+    assert calls["forward"] >= r.latency.n  # the clean runs ran the compiled graph
+    assert model._compiled_call_impl is compiled_call  # and the model is compiled as it was
+
+
+def test_a_copy_of_a_model_compiled_in_place_runs_compiled() -> None:
+    # a float64 copy to time, and a copy to train: copy.deepcopy drops the compiled call
+    backend, calls = counting_backend()
+    model = _mlp().eval()
+    model.compile(backend=backend)
+    r = profile(model, (8,), dtype=torch.float64, **FAST)
+    assert calls["forward"] >= r.latency.n > 0
+    r = profile(model, (8,), backward=True, **FAST)
+    assert calls["backward"] >= r.training_step.backward_latency.n > 0
+    assert "per-layer backward times are of the eager model" in " ".join(r.timing_notes)

@@ -21,6 +21,7 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.compiled import eager_module
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, completed, running
 from modelprof.runtime.guard import preserved_state
@@ -88,7 +89,7 @@ def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | Non
             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
             "count the whole model in that dtype"
         )
-    return getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+    return eager_module(model)  # torch.compile'd: count the original module
 
 
 def analyze(
@@ -130,6 +131,7 @@ def analyze(
                 tracker.root_parameters = None
             with (
                 running(model, mode, modules=list(names)),
+                compat.eager_calls(names),  # module.compile()'d: hooks see its eager calls
                 meta_attention(inputs.device, names, counter.meta_sdpa),
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
                 counter,

@@ -21,6 +21,7 @@ from modelprof.counting.sharding import ShardView, current_view, shard_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.agree import agreeing, agreement
+from modelprof.runtime.compiled import eager_module
 from modelprof.runtime.group import RankInfo, communicates, current_group, fsdp_modules, one_voice
 
 __all__ = ["contention_note", "group_env", "sharded_session"]
@@ -35,7 +36,7 @@ def sharded_session(model: nn.Module, view: Any = "rank") -> Iterator[None]:
     view = ShardView.parse(view)
     group = current_group()
     active = group is not None and communicates(model)
-    fsdp = fsdp_modules(getattr(model, "_orig_mod", model))
+    fsdp = fsdp_modules(eager_module(model))
     if fsdp:
         compat.require("profiling an FSDP2 (fully_shard) model", "torch", compat.FSDP2_PUBLIC)
     sharded_on_entry = [m for m in fsdp if _is_sharded(m)]

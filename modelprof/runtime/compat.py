@@ -36,6 +36,8 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "compile_in_place_like",
+    "compiled_in_place",
     "compiled_like",
     "compiled_original",
     "cpu_sdpa_fuses_3d",
@@ -54,6 +56,7 @@ __all__ = [
     "default_store",
     "dispatch_stack_state",
     "DTENSOR_MODULES",
+    "eager_calls",
     "eager_flex_attention",
     "fake_store",
     "FakeTensor",
@@ -442,6 +445,47 @@ def compiled_like(compiled: torch.nn.Module, module: torch.nn.Module) -> torch.n
     if compiled_original(compiled) is None:
         raise TypeError(f"{type(compiled).__name__} is not a torch.compile'd module")
     return type(compiled)(module, compiled.dynamo_ctx)
+
+
+def compiled_in_place(module: Any) -> bool:
+    """Whether ``module.compile()`` compiled ``module``'s call in place (its
+    ``_compiled_call_impl``, which ``Module.__call__`` runs instead of ``_call_impl``, hooks
+    included). Checked on torch 2.4-2.14."""
+    return isinstance(module, torch.nn.Module) and (
+        module.__dict__.get("_compiled_call_impl") is not None
+    )
+
+
+def compile_in_place_like(compiled: torch.nn.Module, module: torch.nn.Module) -> None:
+    """Compile ``module``'s call in place as ``module.compile()`` compiled ``compiled``'s (the
+    same backend, mode and options): a copy of it (``copy.deepcopy`` drops the compiled call;
+    ``Module.__getstate__``) runs as the user's does. The dynamo context is the compiled call's
+    closure variable ``self`` (torch 2.4-2.14); where a release has none, ``ModelProfError``."""
+    impl = compiled.__dict__.get("_compiled_call_impl")
+    code, cells = getattr(impl, "__code__", None), getattr(impl, "__closure__", None) or ()
+    names = code.co_freevars if code is not None else ()
+    context = cells[names.index("self")].cell_contents if "self" in names else None
+    if not callable(context):
+        raise ModelProfError(
+            f"cannot compile a copy of {type(compiled).__name__} as module.compile() compiled "
+            f"it (torch {torch.__version__} keeps its options where modelprof does not look): "
+            "pass torch.compile(module) instead, or profile the module as it is"
+        )
+    module._compiled_call_impl = context(module._call_impl)
+
+
+@contextlib.contextmanager
+def eager_calls(modules: Any) -> Iterator[None]:
+    """In the block, each of ``modules`` compiled in place (``module.compile()``) runs its eager
+    call, where hooks fire and are not traced; its compiled call put back after."""
+    saved = [(m, m.__dict__["_compiled_call_impl"]) for m in modules if compiled_in_place(m)]
+    for m, _ in saved:
+        m._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for m, impl in saved:
+            m._compiled_call_impl = impl
 
 
 # -- torch.distributed: FSDP2 and DTensor moved out of _composable / _tensor in torch 2.6 -------

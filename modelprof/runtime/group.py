@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from modelprof.errors import ModelProfWarning, NoisyMeasurementWarning
 from modelprof.runtime import compat
+from modelprof.runtime.compiled import eager_module
 from modelprof.runtime.tensors import is_dtensor
 
 __all__ = [
@@ -126,7 +127,7 @@ def fsdp_modules(model: nn.Module) -> list[nn.Module]:
 
 def communicates(model: nn.Module) -> bool:
     """Whether running ``model`` issues collectives (DDP, FSDP2, DTensor parameters)."""
-    model = getattr(model, "_orig_mod", model)
+    model = eager_module(model)
     return (
         is_ddp(model) or bool(fsdp_modules(model)) or any(is_dtensor(p) for p in model.parameters())
     )

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.device import same_device
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import MODULE_REGISTRIES
@@ -134,11 +135,13 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
             "as it should run (device, dtype) and profile it as it is"
         )
     try:
-        return copy.deepcopy(model)
+        return _compiled_as(model, copy.deepcopy(model))
+    except ModelProfError:
+        raise
     except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
         deep_error = e
     try:
-        return _structural_copy(model, own_parameters)
+        clone = _structural_copy(model, own_parameters)
     except Exception as e:  # noqa: BLE001
         raise ModelProfError(
             f"cannot copy the model ({type(model).__name__}) to {why}: copy.deepcopy failed "
@@ -146,6 +149,17 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
             f"({type(e).__name__}: {e}). Convert the model yourself (model.to(...)) and "
             "profile it as it is"
         ) from deep_error
+    return _compiled_as(model, clone)
+
+
+def _compiled_as(model: nn.Module, clone: nn.Module) -> nn.Module:
+    """``clone`` with each module that ``model.compile()`` compiled in place compiled as its
+    original is: a deep copy drops the compiled call (and a structural one would share it, the
+    original's modules running), where the copy must run as the user's model does."""
+    for original, twin in zip(model.modules(), clone.modules()):
+        if compat.compiled_in_place(original):
+            compat.compile_in_place_like(original, twin)
+    return clone
 
 
 def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Module:

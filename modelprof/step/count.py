@@ -383,6 +383,7 @@ def _count_step(
     with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
         with compat.reparametrized(model, state):
             hooks = (
+                compat.eager_calls(names),  # module.compile()'d: hooks see its eager calls
                 meta_attention(device, names, False),
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
                 counter,

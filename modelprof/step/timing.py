@@ -32,6 +32,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.compiled import in_place_compiled
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import (
     RunMode,
@@ -176,10 +177,17 @@ class _Step:
         # the forward phase ends when the collectives it started have (not in the loss's)
         self.eager_call = completing(self.model)
         self.call = self.eager_call if self.clean is None else completing(self.clean)
+        self.in_place = in_place_compiled(self.model)  # module.compile()'d: eager in hooks
 
     def forward(self, eager: bool = False) -> None:
-        """The forward of a clean step, or (``eager``) of the eager module, as hooks see it."""
-        call = self.eager_call if eager else self.call
+        """The forward of a clean step, or (``eager``) of the eager modules, as hooks see it."""
+        if eager and self.in_place:  # (never around a clean step's timed forward)
+            with compat.eager_calls(self.in_place):
+                self._run(self.eager_call)
+            return
+        self._run(self.eager_call if eager else self.call)
+
+    def _run(self, call: Any) -> None:
         with amp_context(self.device, self.amp):
             self.out = call(*self.args, **self.kwargs)
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
+from modelprof.runtime.compiled import compiled_words, eager_module, eager_view
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.execution import (
     RunMode,
@@ -156,7 +157,7 @@ def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
 
 def _label(fn: Any) -> str:
     if isinstance(fn, nn.Module):
-        return type(getattr(fn, "_orig_mod", fn)).__name__
+        return type(eager_module(fn)).__name__
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
@@ -272,12 +273,12 @@ class TimedCall(Runner):
         self._reset_by(self.mi.reset)
         if self.given is not None:  # the first untimed call (compiling, or the first warm-up)
             self._first = self.call
-            eager = getattr(self.target, "_orig_mod", self.target)
             guard = self.given[0]
             self._watched = guard is not None and guard.write_hook() is not None
-            if self._watched and (opts.compile is not None or eager is not self.target):
-                eager = completing(eager)  # compiled code is not watched: an eager call first
-                self._first = lambda: eager(*args, **kwargs)
+            compiled = isinstance(self.target, nn.Module) and compiled_words(self.target)
+            if self._watched and (opts.compile is not None or compiled):
+                # compiled code is not watched: an eager call first
+                self._first = lambda: self._eager_call(args, kwargs)
                 self.guarded(self._first_pass)
                 self.clock.sync()
                 self.warmup_calls += 1  # untimed, before the samples: a warm-up call
@@ -289,6 +290,13 @@ class TimedCall(Runner):
             self.compile_ms = (time.perf_counter() - t0) * 1e3
             self.warmup_calls += 1  # (its time is compile_ms)
         self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
+
+    def _eager_call(self, args: tuple, kwargs: dict) -> Any:
+        """One call of the target's eager code (a compiled model's eager modules)."""
+        if not isinstance(self.target, nn.Module):
+            return completing(self.target)(*args, **kwargs)
+        with eager_view(self.target) as eager:
+            return completing(eager)(*args, **kwargs)
 
     def _reset_by(self, reset: Callable[[], Any] | None) -> None:
         """``reset`` puts back the inputs a call writes (None: none does) before every call but
