@@ -208,13 +208,7 @@ def _timed_passes(
         columns.append(step_cols)
         if step_timing is not None:
             regimes = _regimes(model, spec.opts)
-            if regimes:
-                timed.notes.append(
-                    f"per-layer backward times are of the eager model ({regimes} applies to "
-                    "the clean training steps only, which run its compiled forward and "
-                    "backward: hooks cannot see inside them); the step's phase medians are "
-                    "the compiled model's"
-                )
+            timed.notes.extend(_compiled_step_note(model))
             training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts, regimes)
     return join_rows(rows, columns, step_rows), timed, training_step
 
@@ -511,6 +505,18 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
     if compiled_words(model) is not None:
         hidden.insert(0, "torch.compile")
     return ", ".join(hidden)
+
+
+def _compiled_step_note(model: nn.Module) -> list[str]:
+    """Of a compiled model's training step: the clean steps ran it compiled, the rows eager."""
+    words = compiled_words(model)
+    if words is None:
+        return []
+    return [
+        f"per-layer backward times are of the eager model ({words}: the clean training steps "
+        "run its compiled forward and backward, which hooks cannot see inside); the step's "
+        "phase medians are the compiled model's"
+    ]
 
 
 def _say_disagreement(agreement: Any, notes: list[str], warn: bool) -> None:

@@ -26,6 +26,14 @@ pytestmark = pytest.mark.filterwarnings(
 FAST = dict(repeat=3, warmup=1, roofline=False)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles afresh: dynamo's cache would run another test's counting graphs."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def counting_backend() -> tuple[object, collections.Counter]:
     """A torch.compile backend (AOT autograd, graphs run as traced) and the calls of its
     compiled ``forward`` and ``backward`` graphs."""
@@ -128,3 +136,46 @@ def test_a_copy_of_a_model_compiled_in_place_runs_compiled() -> None:
     r = profile(model, (8,), backward=True, **FAST)
     assert calls["backward"] >= r.training_step.backward_latency.n > 0
     assert "per-layer backward times are of the eager model" in " ".join(r.timing_notes)
+
+
+# -- a compiled module inside an eager model ----------------------------------------------------
+class _Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(8, 16)
+        self.body = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.body(self.a(x)))
+
+
+@pytest.mark.parametrize("how", ["torch.compile", "in place"])
+def test_a_compiled_child_is_profiled_through_its_eager_modules(how: str, recwarn) -> None:
+    backend, calls = counting_backend()
+    model = _Outer()
+    if how == "in place":
+        model.body.compile(backend=backend)
+    else:
+        model.body = torch.compile(model.body, backend=backend)
+    body = model.body
+    r = profile(model, (8,), backward=True, **FAST)
+    df = r.to_dataframe().set_index("module")
+    # the rows are the eager model's, named as its modules are, each one timed and counted
+    assert [n for n in df.index if n.startswith("body")] == ["body", "body.0", "body.1", "body.2"]
+    assert df.loc[["a", "body.0", "body.1", "body.2", "out"], "latency_ms"].notna().all()
+    assert df.loc[["body.0", "body.2"], "backward_latency_ms"].notna().all()
+    assert df.loc["body.0", "macs"] == 16 * 16 and df.loc["body", "type"] == "Sequential"
+    # the clean runs and steps ran the compiled child, forward and backward
+    assert (
+        calls["forward"] >= r.latency.n and calls["backward"] >= r.training_step.backward_latency.n
+    )
+    notes = " ".join(r.timing_notes)
+    expected = "'body' (torch.compile)" if how == "torch.compile" else "'body' (body.compile())"
+    assert f"per-layer times are of the eager model (its compiled module {expected}" in notes
+    assert "per-layer backward times are of the eager model" in notes
+    # no torch warning that global hooks fire twice, and the model is as it was
+    assert not [w for w in recwarn if "global hooks" in str(w.message)]
+    assert model.body is body
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())

@@ -21,7 +21,7 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.compiled import eager_module
+from modelprof.runtime.compiled import eager_module, eager_view
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, completed, running
 from modelprof.runtime.guard import preserved_state
@@ -106,8 +106,9 @@ def analyze(
     mode = mode.on(inputs.device)
     model = counted_module(model, inputs, mode.amp)
     # the guard (the caller's when profile() holds one) copies on first write before each op,
-    # uncounted; its one walk of the model gives the names, parameters and packed weights too
-    with preserved_state(model) as guard:
+    # uncounted; its one walk of the model gives the names, parameters and packed weights too;
+    # compiled modules run their eager code, which the hooks see (``eager_view``)
+    with eager_view(model) as model, preserved_state(model) as guard:
         refuse_lazy(guard.lazy)
         names = guard.names
         tracker = Tracker(
@@ -131,7 +132,6 @@ def analyze(
                 tracker.root_parameters = None
             with (
                 running(model, mode, modules=list(names)),
-                compat.eager_calls(names),  # module.compile()'d: hooks see its eager calls
                 meta_attention(inputs.device, names, counter.meta_sdpa),
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
                 counter,

@@ -44,6 +44,7 @@ __all__ = [
     "MODULE_REGISTRIES",
     "StateGuard",
     "preserved_state",
+    "rescan_active",
     "restored_within",
     "set_training",
     "watching_writes",
@@ -363,6 +364,14 @@ def _restore_module(m: nn.Module, cls: type, keys: tuple[str, ...]) -> None:
         for k in MODULE_REGISTRIES:
             if k not in keys and current.get(k):
                 current[k].clear()
+
+
+def rescan_active(model: nn.Module) -> None:
+    """Read ``model``'s tree again into the guard active on it in this thread, if any (its
+    names and parameters, not what it restores): a pass swapped modules in it for the block."""
+    guard = getattr(_active, "guards", {}).get(id(model))
+    if guard is not None and guard.model is model:
+        guard.rescan()
 
 
 @contextlib.contextmanager

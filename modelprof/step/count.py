@@ -40,6 +40,7 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.sharding import ParamView, held
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.compiled import eager_view
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, random_kept, running
 from modelprof.runtime.failure import refused_as
@@ -335,7 +336,11 @@ def count_step(
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
     # the forward's in-place writes of parameters (an Embedding(max_norm=)) reach the user's
     # storage through the aliases: the guard copies each such tensor before its first write
-    with ddp.no_sync() if ddp else contextlib.nullcontext(), preserved_state(model) as guard:
+    with (
+        ddp.no_sync() if ddp else contextlib.nullcontext(),
+        eager_view(model) as model,  # compiled modules: their eager code, which hooks see
+        preserved_state(model) as guard,
+    ):
         static, cost = _count_step(model, inputs, spec, guard, mode, registry)
     _backward_comm(static.records, cost, ddp_gradient_collectives(ddp) if ddp else [])
     return static, cost
@@ -383,7 +388,6 @@ def _count_step(
     with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
         with compat.reparametrized(model, state):
             hooks = (
-                compat.eager_calls(names),  # module.compile()'d: hooks see its eager calls
                 meta_attention(device, names, False),
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
                 counter,

@@ -32,7 +32,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.compiled import in_place_compiled
+from modelprof.runtime.compiled import eager_view
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import (
     RunMode,
@@ -177,17 +177,11 @@ class _Step:
         # the forward phase ends when the collectives it started have (not in the loss's)
         self.eager_call = completing(self.model)
         self.call = self.eager_call if self.clean is None else completing(self.clean)
-        self.in_place = in_place_compiled(self.model)  # module.compile()'d: eager in hooks
 
     def forward(self, eager: bool = False) -> None:
-        """The forward of a clean step, or (``eager``) of the eager modules, as hooks see it."""
-        if eager and self.in_place:  # (never around a clean step's timed forward)
-            with compat.eager_calls(self.in_place):
-                self._run(self.eager_call)
-            return
-        self._run(self.eager_call if eager else self.call)
-
-    def _run(self, call: Any) -> None:
+        """The forward of a clean step, or (``eager``) of the eager module, as hooks see it
+        (inside ``eager_view``: compiled modules under it run their eager code)."""
+        call = self.eager_call if eager else self.call
         with amp_context(self.device, self.amp):
             self.out = call(*self.args, **self.kwargs)
 
@@ -621,14 +615,16 @@ class StepTimer(Runner):
         return _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
 
     def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
-        """Per-call backward times over separate instrumented passes (same stop rule)."""
-        inst = self.instrument(n_calls)
-        self.step.restore()
-        est = self.warm_with(inst.one, already_warm=True, counted=False)
-        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
-            warm_up.clear()
-        # the instrumented passes stop by the rule alone: no floor held past the budget
-        return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
+        """Per-call backward times over separate instrumented passes (same stop rule), on the
+        eager modules (``eager_view``: a compiled module's original in its place)."""
+        with eager_view(self.runner):
+            inst = self.instrument(n_calls)
+            self.step.restore()
+            est = self.warm_with(inst.one, already_warm=True, counted=False)
+            for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
+                warm_up.clear()
+            # the instrumented passes stop by the rule alone: no floor held past the budget
+            return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
 
     def peak_memory(self, stats: MemoryStats) -> int:
         """The allocator peak over one whole step (its statistics reset just before), less what
