@@ -791,7 +791,7 @@ def _run_profile(ctx: _Context) -> None:
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     try:
         report = profile(
-            model,
+            model if loaded.program is None else loaded.program,  # (timed as it runs: flat)
             None if given else size,
             **given,
             **ctx.run_options(named),

@@ -59,6 +59,9 @@ class LoadedModel:
     example_kwargs: dict[str, Any] | None = None
     #: why ``input_size`` is ``DEFAULT_INPUT_SIZE``: the spec records none (else None)
     size_defaulted: str | None = None
+    #: a ``.pt2``'s ``ExportedProgram`` whose layers ``model`` is (unflattened), else None:
+    #: what timing it end to end runs is its flat ``module()``, not ``model``
+    program: Any = None
 
 
 def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str, InputSize]:
@@ -462,12 +465,12 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
         ) from e
     args, kwargs = _recorded_inputs(program, path)
     try:
-        model = exported_layers(program)  # the module hierarchy: one row per layer
+        model, layered = exported_layers(program), program  # one row per layer
     except Exception:  # noqa: BLE001 - some programs cannot be unflattened: one flat graph
-        model = program.module()
+        model, layered = program.module(), None
     sizes = tuple(tuple(t.shape[1:]) for t in args if isinstance(t, torch.Tensor))
     size: InputSize = sizes[0] if len(sizes) == 1 else sizes or DEFAULT_INPUT_SIZE
-    return LoadedModel(model, path.stem, size, args, kwargs)
+    return LoadedModel(model, path.stem, size, args, kwargs, program=layered)
 
 
 def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -35,7 +35,7 @@ from modelprof.runtime.execution import (
     random_kept,
     to_channels_last,
 )
-from modelprof.runtime.exported import exported_layers, is_flat_export
+from modelprof.runtime.exported import exported_layers, is_flat_export, runnable
 from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size, refuses_call
@@ -123,7 +123,10 @@ def profile(
     in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
     ``cuda:LOCAL_RANK`` under torchrun.
     """
-    model = exported_layers(model)  # an ExportedProgram: its layers, one row each
+    # the clean runs time what was passed (a program: its flat module()), whatever the
+    # per-layer passes run: an exported program unflattened into its layers, one row each
+    clean = runnable(model)
+    model = exported_layers(model)
     spec = _parse(model, timing, registry, options, timing_options, what_helps)
     mode = RunMode.parse(  # how every pass runs the model, parsed once here
         backward=backward,
@@ -141,6 +144,7 @@ def profile(
     with (
         dispatch_modes_restored(),
         preserved_state(model, rescan=True) as guard,
+        preserved_state(None if clean is model else clean),  # a program's module(): its own
         contextlib.ExitStack() as rng_scope,
         sharded_session(model, view),  # the view, the agreed timing: read by the passes
     ):
@@ -167,7 +171,9 @@ def profile(
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
-        rows, timed, training_step = _timed_passes(model, mi, spec, rows, static, step_cost, guard)
+        rows, timed, training_step = _timed_passes(
+            model, clean, mi, spec, rows, static, step_cost, guard
+        )
         timed = _noted(
             timed, meta_notes, contention_note(model, mi.device) if spec.timing else None
         )
@@ -181,6 +187,7 @@ def profile(
 
 def _timed_passes(
     model: nn.Module,
+    clean: nn.Module,
     mi: ModelInputs,
     spec: _Spec,
     rows: list,
@@ -189,11 +196,12 @@ def _timed_passes(
     guard: Any,
 ) -> tuple[list, Any, Any]:
     """The timed forwards and training steps: the rows with their columns joined, the timing
-    result and the training step (``None`` without ``backward=True``)."""
+    result and the training step (``None`` without ``backward=True``). ``clean``: what the
+    clean end-to-end runs time (``model`` but for an exported program's flat graph)."""
     if spec.timing:  # a write the guard cannot put back is named with its pass
         guard.begin("the timed forward passes")
     records = static.records
-    timed, columns = _time(model, mi, spec, rows, records)
+    timed, columns = _time(model, clean, mi, spec, rows, records)
     step_rows: list = []
     training_step = None
     if step_cost is not None:  # its columns, its (loss)/(optimizer) rows, the TrainingStep
@@ -447,17 +455,18 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
 
 
 def _time(
-    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any
+    model: nn.Module, clean: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any
 ) -> tuple[TimingResult, list]:
-    """The timed passes and the per-layer columns they give (none without timing)."""
+    """The timed passes and the per-layer columns they give (none without timing): the
+    per-layer passes of ``model``, the clean runs of ``clean``."""
     if not spec.timing:
         return TimingResult(), []
-    latency, layers, notes = _measure(model, mi, spec.mode, spec.opts)
-    pipelined = _pipelined(model, mi, spec.mode, spec.opts)
+    latency, layers, notes = _measure(model, clean, mi, spec.mode, spec.opts)
+    pipelined = _pipelined(clean, mi, spec.mode, spec.opts)
     helps = None
     if spec.what_helps:
         helps, left_out = time_what_helps(
-            timing_runner(model, mi, spec.mode, spec.opts), mi, spec.mode, spec.opts
+            timing_runner(clean, mi, spec.mode, spec.opts), mi, spec.mode, spec.opts
         )
         notes.append(helps_note(helps, left_out))
     columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
@@ -467,7 +476,7 @@ def _time(
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         total = float(layers.corrected.median_ms)
         spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
-        regimes = _regimes(model, spec.opts)
+        regimes = _regimes(clean, spec.opts, flat=clean is not model)
         agreement = judge_agreement(
             latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
         )
@@ -499,11 +508,14 @@ def _pipelined(model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOpt
     )
 
 
-def _regimes(model: nn.Module, opts: TimingOptions) -> str:
-    """The modes the clean runs use and the per-layer passes cannot (empty when none)."""
+def _regimes(model: nn.Module, opts: TimingOptions, flat: bool = False) -> str:
+    """The modes the clean runs use and the per-layer passes cannot (empty when none);
+    ``flat``: the clean runs time an exported program's flat graph, the passes its layers."""
     hidden = list(opts.end_to_end_only)
     if compiled_words(model) is not None:
         hidden.insert(0, "torch.compile")
+    if flat:
+        hidden.insert(0, _FLAT_GRAPH)
     return ", ".join(hidden)
 
 
@@ -656,11 +668,11 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
 
 
 def _measure(
-    model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
+    model: nn.Module, clean: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
 ) -> tuple[Any, Any, list[str]]:
-    """The clean end-to-end measurement, the instrumented per-layer passes, and the notes on
-    how the per-layer columns were measured."""
-    runner = timing_runner(model, mi, mode, opts)
+    """The clean end-to-end measurement (of ``clean``), the instrumented per-layer passes (of
+    ``model``), and the notes on how the per-layer columns were measured."""
+    runner = timing_runner(clean, mi, mode, opts)
     notes: list[str] = []
     hidden = list(opts.end_to_end_only)
     compiled = compiled_words(runner)  # a compiled model fires no hooks inside its graph
@@ -672,6 +684,10 @@ def _measure(
             "to end only: hooks cannot see inside it); the latency total is measured "
             "with it, so coverage and overhead compare the two regimes"
         )
+    layered = runner
+    if clean is not model:  # an exported program's flat graph: its layers are ``model``'s
+        layered = timing_runner(model, mi, mode, opts)
+        notes.insert(0, _UNFLATTENED_NOTE)
     latency = measure_latency(
         runner, mi, training=mode.training, no_grad=mode.no_grad, options=opts
     )
@@ -679,7 +695,7 @@ def _measure(
         compile=False, cuda_graph=False, transfer=False, latency_mode="latency"
     )
     instrument = time_kernels if opts.layer_instrument(mi.device) == "kernels" else time_layers
-    with eager_view(runner) as eager:
+    with eager_view(layered) as eager:
         layers = instrument(
             eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
         )
@@ -702,6 +718,16 @@ def _measure(
             "every view; raise budget_s or layer_extend_s"
         )
     return latency, layers, notes
+
+
+#: how the clean runs of an exported program's flat graph differ from its per-layer passes
+_FLAT_GRAPH = "the exported program's flat graph"
+_UNFLATTENED_NOTE = (
+    "the per-layer passes ran the exported program unflattened (torch.export.unflatten: one "
+    "module per layer, which can run slower than the flat graph); the clean end-to-end runs "
+    "(latency, throughput) timed the flat graph as passed (an ExportedProgram's module()), "
+    "so the per-layer rows and their sum may differ from the end-to-end latency"
+)
 
 
 def _hook_cost_note(layers: Any) -> str:

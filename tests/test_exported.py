@@ -133,3 +133,77 @@ def test_a_fixed_batch_refused_by_the_program_gets_no_batch_hint():
     # a size the program was exported at runs: Conv2d(3, 4, 3) at 8 x 8, 6 x 6 outputs x 4
     # channels x 3 x 9 = 3,888 MACs
     assert profile(program, (3, 8, 8), timing=False).totals["macs"] == 4 * 3 * 9 * 36
+
+
+def _flat_program():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return x, torch.export.export(model, (x,))
+
+
+def _counted(module: nn.Module) -> list[int]:
+    """A count of ``module``'s calls, kept up by a forward hook."""
+    calls = [0]
+    module.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def _timed(model, x, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return profile(model, x, budget_s=0.2, roofline=False, **kw)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_the_clean_runs_of_a_flat_graph_call_the_graph_passed(training):
+    # the per-layer passes need the layers (the graph exported again and unflattened, which
+    # runs slower); the end-to-end latency is of the flat graph the user passed and runs
+    x, program = _flat_program()
+    flat = program.module()
+    calls = _counted(flat)
+    report = _timed(flat, x, training=training)
+    assert calls[0] >= report.latency.n  # every clean sample ran the user's graph
+    assert len(report.to_dataframe()) == 4  # (root), two Linear and ReLU: the layers' rows
+    assert any("ran the exported program unflattened" in n for n in report.timing_notes)
+    assert report.timing_agreement.regimes == "the exported program's flat graph"
+
+
+def test_the_clean_runs_of_a_program_call_its_own_module(monkeypatch):
+    x, program = _flat_program()
+    made: list[list[int]] = []
+    module = torch.export.ExportedProgram.module
+
+    def counted_module(self, *args, **kwargs):
+        flat = module(self, *args, **kwargs)
+        made.append(_counted(flat))
+        return flat
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "module", counted_module)
+    report = _timed(program, x)
+    assert len(made) == 1 and made[0][0] >= report.latency.n  # the program as it runs
+    assert len(report.to_dataframe()) == 4
+    assert any("ran the exported program unflattened" in n for n in report.timing_notes)
+
+
+def test_the_command_line_times_a_pt2_as_its_program_runs(tmp_path, monkeypatch, capsys):
+    from modelprof.cli import main
+
+    x, program = _flat_program()
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(program, path)
+    made: list[list[int]] = []
+    module = torch.export.ExportedProgram.module
+
+    def counted_module(self, *args, **kwargs):
+        flat = module(self, *args, **kwargs)
+        made.append(_counted(flat))
+        return flat
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "module", counted_module)
+    assert main(["profile", str(path), "--budget", "0.2"]) == 0, capsys.readouterr().err
+    assert len(made) == 1 and made[0][0] > 0  # the clean runs: the loaded program's module()
+    assert "note: the per-layer passes ran the exported program unflattened" in (
+        capsys.readouterr().out
+    )

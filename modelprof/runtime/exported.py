@@ -16,7 +16,15 @@ from torch import nn
 from modelprof.errors import ModelProfWarning, warn_user
 from modelprof.runtime import compat
 
-__all__ = ["exported_layers", "is_flat_export"]
+__all__ = ["exported_layers", "is_flat_export", "runnable"]
+
+
+def runnable(model: Any) -> Any:
+    """What running ``model`` means: an ``ExportedProgram``'s ``module()`` (the flat graph; a
+    program cannot be called), anything else as it is."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return model.module()
+    return model
 
 
 def is_flat_export(model: Any) -> bool:

@@ -245,9 +245,10 @@ class TimingAgreement:
         )
         if self.regimes:
             return (
-                f"{head}as the clean runs use {self.regimes} and the per-layer passes the "
-                f"eager model; quote {w['clean']} {_ms(self.clean_ms)} for the model "
-                f"as it runs, and {w['rows']} by their {w['share']}"
+                f"{head}as the clean runs use {self.regimes} and the per-layer passes do not "
+                "(they run the eager model, or an exported program's layers unflattened); "
+                f"quote {w['clean']} {_ms(self.clean_ms)} for the model as it runs, and "
+                f"{w['rows']} by their {w['share']}"
             )
         head += (
             w["slower"]

@@ -29,9 +29,10 @@ from modelprof.runtime.execution import (
     running,
     to_channels_last,
 )
+from modelprof.runtime.exported import is_flat_export
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
-from modelprof.runtime.guard import StateGuard, preserved_state
+from modelprof.runtime.guard import StateGuard, preserved_state, set_training
 from modelprof.runtime.inputs import (
     ModelInputs,
     make_inputs,
@@ -578,8 +579,10 @@ def timing_runner(
     layout = torch.channels_last if opts.channels_last else None
     runner = moved_model(model, mi.device, mode.dtype, memory_format=layout)
     if mode.training:
-        # a sharded/replicated model runs as it is (never copied): the state guard restores it
-        if runner is model and not communicates(model):
+        # a sharded/replicated model runs as it is (never copied): the state guard restores it;
+        # so does an exported flat graph (its mode changes nothing it runs; a copy would drop
+        # the input checks its pre-hooks run)
+        if runner is model and not communicates(model) and not is_flat_export(model):
             runner = copy_model(model, "time it in train mode")
-        runner.train()
+        set_training(runner, True)  # (a torch.export module refuses train())
     return runner
