@@ -600,11 +600,13 @@ class _Context:
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
-        """The model, its name and its input size (None where --tokens/--input give the
-        inputs themselves)."""
+        """The model (a .pt2's ExportedProgram: compare counts its layers, and it is timed
+        as it runs, its flat module()), its name and its input size (None where
+        --tokens/--input give the inputs themselves)."""
         loaded = self.load_spec(spec)
         size = self.input_size if self.input_size is not None else loaded.input_size
-        return loaded.model, loaded.name, None if self.tokens or self.input_specs else size
+        model = loaded.model if loaded.program is None else loaded.program
+        return model, loaded.name, None if self.tokens or self.input_specs else size
 
     def input_text(self, size: Any) -> str:
         return f"{self.tokens} tokens" if self.tokens is not None else _shape_text(size)
@@ -614,8 +616,10 @@ class _Context:
         and on ``--device``; token ids drawn below the smallest vocabulary of ``models``."""
         if not self.input_specs and self.tokens is None:
             return None
+        from modelprof.runtime.exported import runnable
         from modelprof.runtime.inputs import build_inputs, token_inputs, vocab_size
 
+        models = [runnable(m) for m in models]  # an ExportedProgram: the module it runs
         batch = getattr(self.args, "batch_size", None) or 1
         made: Any = {}
         if self.tokens is not None:

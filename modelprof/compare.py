@@ -101,7 +101,9 @@ def compare(
     """Profile every model the same way; return one row per model (index: its name).
 
     ``models`` maps names to modules, or lists modules (named by class) or specs such as
-    ``"resnet18"`` (built by :func:`modelprof.models.load_model`, named by the spec).
+    ``"resnet18"`` (built by :func:`modelprof.models.load_model`, named by the spec); an
+    ``ExportedProgram`` is counted as :func:`modelprof.profile` counts it and timed as its
+    ``module()`` (what running it means).
     ``input_size`` (batch excluded) is one shape for all, a mapping ``name -> shape``, or
     ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), recorded in
     ``input_shape``; tensors there are the inputs, as in :func:`modelprof.profile`
@@ -154,7 +156,7 @@ def compare(
     _check_names(profile_options)
     if check_callback("on_step", on_step) is None:
         on_step = _say_nothing
-    named = _name_models(models)
+    named, programs = _name_models(models)
     sizes, inputs = _input_sizes(named, input_size, inputs)
     if baseline is None:
         baseline = next(iter(named))
@@ -166,7 +168,7 @@ def compare(
         )
     if not timing and not throughput:
         warn_unused_without_timing(profile_options)
-    run = _Run(inputs, batch_size, device, dtype, profile_options)
+    run = _Run(inputs, batch_size, device, dtype, profile_options, programs)
     if run.backward:
         refuse_inference_mode("compare()")
     search = _throughput_search(throughput_options, run.opts) if throughput else None
@@ -254,6 +256,7 @@ class _Run:
         device: Any,
         dtype: Any,
         profile_options: dict[str, Any],
+        programs: Mapping[str, Any] = {},
     ) -> None:
         timing_keys = set(OPTION_NAMES) & set(profile_options)
         self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
@@ -276,6 +279,7 @@ class _Run:
         self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
         self.notes: list[str] = []  # the table's own: a throughput search's, by model
+        self.programs = programs  # an ExportedProgram by name: counted as profile counts it
 
     def add(
         self,
@@ -287,7 +291,7 @@ class _Run:
     ) -> dict[str, Any]:
         """Count ``model`` (profile without timing) and prepare its timing: its row so far."""
         report = profile(
-            model,
+            self.programs.get(name, model),  # (a program's layers; timed: its module())
             size,
             inputs=self.inputs,
             batch_size=self.batch_size,
@@ -495,8 +499,10 @@ def _timing_attrs(
     return out
 
 
-def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
-    """``{name: module}``, building specs; a spec's entry carries its default input size."""
+def _name_models(models: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``{name: module}``, building specs (a spec's entry carries its default input size),
+    and ``{name: ExportedProgram}``: a program's entry is its ``module()``, what running it
+    means (and what is timed); profile counts the program itself, by its layers."""
     if isinstance(models, Mapping):
         items = [(str(k), v) for k, v in models.items()]
     elif isinstance(models, Sequence) and not isinstance(models, (str, bytes)):
@@ -509,7 +515,11 @@ def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
     if not items:
         raise ModelProfError("models is empty; pass at least one model")
     named: dict[str, Any] = {}
+    programs: dict[str, Any] = {}
     for name, value in items:
+        program = value if isinstance(value, torch.export.ExportedProgram) else None
+        if program is not None:
+            name, value = name or type(program).__name__, program.module()
         if isinstance(value, str):
             module, spec_name, default = load_model(value)
             entry: Any = (module, default)
@@ -520,10 +530,13 @@ def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
         else:
             raise ModelProfError(
                 f"model {name or value!r} of type {type(value).__name__} is "
-                "neither a torch.nn.Module nor a model name"
+                "neither a torch.nn.Module, a torch.export.ExportedProgram nor a model name"
             )
-        named[unique_name(name, named)] = entry
-    return named
+        name = unique_name(name, named)
+        named[name] = entry
+        if program is not None:
+            programs[name] = program
+    return named, programs
 
 
 def unique_name(name: str, taken: Any) -> str:

@@ -125,7 +125,7 @@ def profile(
     """
     # the clean runs time what was passed (a program: its flat module()), whatever the
     # per-layer passes run: an exported program unflattened into its layers, one row each
-    clean = runnable(model)
+    clean = runnable(model) if timing else None
     model = exported_layers(model)
     spec = _parse(model, timing, registry, options, timing_options, what_helps)
     mode = RunMode.parse(  # how every pass runs the model, parsed once here
@@ -172,7 +172,7 @@ def profile(
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
         rows, timed, training_step = _timed_passes(
-            model, clean, mi, spec, rows, static, step_cost, guard
+            model, model if clean is None else clean, mi, spec, rows, static, step_cost, guard
         )
         timed = _noted(
             timed, meta_notes, contention_note(model, mi.device) if spec.timing else None

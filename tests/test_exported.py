@@ -150,6 +150,21 @@ def _counted(module: nn.Module) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def module_calls(monkeypatch):
+    """The call counts of every ``ExportedProgram.module()`` made while the test runs."""
+    made: list[list[int]] = []
+    module = torch.export.ExportedProgram.module
+
+    def counted_module(self, *args, **kwargs):
+        flat = module(self, *args, **kwargs)
+        made.append(_counted(flat))
+        return flat
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "module", counted_module)
+    return made
+
+
 def _timed(model, x, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -170,40 +185,77 @@ def test_the_clean_runs_of_a_flat_graph_call_the_graph_passed(training):
     assert report.timing_agreement.regimes == "the exported program's flat graph"
 
 
-def test_the_clean_runs_of_a_program_call_its_own_module(monkeypatch):
+def test_the_clean_runs_of_a_program_call_its_own_module(module_calls):
     x, program = _flat_program()
-    made: list[list[int]] = []
-    module = torch.export.ExportedProgram.module
-
-    def counted_module(self, *args, **kwargs):
-        flat = module(self, *args, **kwargs)
-        made.append(_counted(flat))
-        return flat
-
-    monkeypatch.setattr(torch.export.ExportedProgram, "module", counted_module)
     report = _timed(program, x)
-    assert len(made) == 1 and made[0][0] >= report.latency.n  # the program as it runs
+    assert len(module_calls) == 1 and module_calls[0][0] >= report.latency.n  # as it runs
     assert len(report.to_dataframe()) == 4
     assert any("ran the exported program unflattened" in n for n in report.timing_notes)
 
 
-def test_the_command_line_times_a_pt2_as_its_program_runs(tmp_path, monkeypatch, capsys):
+def test_the_command_line_times_a_pt2_as_its_program_runs(tmp_path, module_calls, capsys):
     from modelprof.cli import main
 
     x, program = _flat_program()
     path = tmp_path / "mlp.pt2"
     torch.export.save(program, path)
-    made: list[list[int]] = []
-    module = torch.export.ExportedProgram.module
-
-    def counted_module(self, *args, **kwargs):
-        flat = module(self, *args, **kwargs)
-        made.append(_counted(flat))
-        return flat
-
-    monkeypatch.setattr(torch.export.ExportedProgram, "module", counted_module)
     assert main(["profile", str(path), "--budget", "0.2"]) == 0, capsys.readouterr().err
-    assert len(made) == 1 and made[0][0] > 0  # the clean runs: the loaded program's module()
+    # the clean runs: the loaded program's module()
+    assert len(module_calls) == 1 and module_calls[0][0] > 0
     assert "note: the per-layer passes ran the exported program unflattened" in (
         capsys.readouterr().out
     )
+
+
+def test_compare_counts_a_program_and_times_its_module(module_calls):
+    from modelprof import compare
+
+    x, program = _flat_program()
+    eager = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = compare({"eager": eager, "ep": program}, x, budget_s=0.1)
+        assert list(compare([program], x, timing=False).index) == ["ExportedProgram"]
+    # 2 x (8x8 + 8x4) = 192 MACs, as its layers count them; its latency: the module it runs
+    assert table["macs"].tolist() == [192, 192] and table["latency_n"].notna().all()
+    assert len(module_calls) == 2 and module_calls[0][0] >= table.loc["ep", "latency_n"]
+
+
+def test_the_latency_functions_time_a_program_as_its_module(module_calls):
+    from modelprof import measure_latencies, measure_latency, measure_throughput
+
+    x, program = _flat_program()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        latency = measure_latency(program, inputs=x, budget_s=0.1)
+        assert module_calls[-1][0] >= latency.n
+        both = measure_latencies({"ep": program, "again": program}, x, budget_s=0.1)
+        runs = [both.measurements[n].n for n in ("ep", "again")]
+        assert [c[0] >= n for c, n in zip(module_calls[1:], runs)] == [True, True]
+        eager = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+        batch = torch.export.Dim("b", max=8)
+        dynamic = torch.export.export(eager, (x,), dynamic_shapes=({0: batch},))
+        curve = measure_throughput(dynamic, (8,), max_batch=2, budget_s=0.05)
+    assert [p.batch_size for p in curve.points] == [1, 2] and module_calls[-1][0] > 0
+
+
+def test_the_command_line_compares_and_searches_a_pt2_as_its_program_runs(
+    tmp_path, module_calls, capsys
+):
+    from modelprof.cli import main
+
+    x, _ = _flat_program()
+    eager = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    path = tmp_path / "mlp.pt2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = torch.export.Dim("b", max=8)
+        torch.export.save(torch.export.export(eager, (x,), dynamic_shapes=({0: batch},)), path)
+    budget = ["--budget", "0.05"]
+    assert main(["compare", str(path), str(path), "--input-size", "8", *budget]) == 0, (
+        capsys.readouterr().err
+    )
+    assert [c[0] > 0 for c in module_calls] == [True, True]  # each timed as its program runs
+    del module_calls[:]
+    assert main(["throughput", str(path), "--max-batch", "2", *budget]) == 0
+    assert [c[0] > 0 for c in module_calls] == [True]

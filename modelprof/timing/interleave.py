@@ -22,6 +22,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
+from modelprof.runtime.exported import runnable
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.latency import TimedCall, given_back, no_inputs_hint, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms, load_note
@@ -447,11 +448,13 @@ def measure_latencies(
     candidate. ``baseline`` (default: the first) is what ``latency_x`` divides by. Gives back
     what :func:`measure_latency` gives back: each module as it went in, the inputs (every
     call sees them as they went in, whatever another candidate wrote) and the global RNG.
+    An ``ExportedProgram`` is timed as its ``module()``, what running it means.
     """
     if not isinstance(candidates, Mapping) or not candidates:
         raise ModelProfError(
             f"candidates={candidates!r} must be a non-empty dict {{name: callable}}"
         )
+    candidates = {name: runnable(fn) for name, fn in candidates.items()}  # a program: module()
     training = legacy_eval_mode(training, timing_options, "measure_latencies")
     opts = TimingOptions.parse(options, **timing_options)
     prepared = []

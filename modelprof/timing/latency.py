@@ -29,7 +29,7 @@ from modelprof.runtime.execution import (
     running,
     to_channels_last,
 )
-from modelprof.runtime.exported import is_flat_export
+from modelprof.runtime.exported import is_flat_export, runnable
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import StateGuard, preserved_state, set_training
@@ -488,9 +488,11 @@ def measure_latency(
     (``options=TimingOptions(...)`` or keywords: ``modelprof.timing.options``): ``warmup``,
     ``warmup_s``, ``repeat`` or ``precision``/``budget_s``/``min_samples``/``min_blocks``/
     ``max_samples``; ``transfer``, ``pin_memory``, ``cuda_graph``, ``amp``, ``channels_last``,
-    ``cold_cache``, ``compile``/``compile_kwargs``, ``clock``; ``warn``.
+    ``cold_cache``, ``compile``/``compile_kwargs``, ``clock``; ``warn``. An ``ExportedProgram``
+    (which cannot be called) is timed as its ``module()``: what running it means.
     """
     t_begin = time.perf_counter()
+    fn_or_model = runnable(fn_or_model)  # an ExportedProgram: its module(), as it runs
     training = legacy_eval_mode(training, timing_options, "measure_latency")
     check_option_names(timing_options, own=_KEYWORDS)  # devce=
     opts = TimingOptions.parse(options, **timing_options)

@@ -42,6 +42,7 @@ from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
 from modelprof.runtime.execution import random_kept
+from modelprof.runtime.exported import runnable
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_dtype, token_inputs
 from modelprof.runtime.progress import progress_bar
@@ -477,16 +478,14 @@ def measure_throughput(
     :func:`measure_latency`) by another ``Measurement`` of one batch per sample:
     :func:`modelprof.step.throughput.step_measure` times whole training steps
     (``compare(backward=True, throughput=True)`` uses it); then ``training``/``no_grad`` change
-    nothing that runs.
+    nothing that runs. An ``ExportedProgram`` is timed as its ``module()``, what running it
+    means; its guards refuse a batch size it was not exported for (export it with a dynamic
+    batch dimension, ``torch.export.Dim``).
     """
+    model = runnable(model)
     max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
     check_callback("on_point", on_point)
-    for bad in ("inputs", "batch_size", "input_size"):
-        if bad in timing_options:
-            raise ModelProfError(
-                f"{bad}= is set by measure_throughput itself; pass input_size (or tokens= for "
-                "a language model)"
-            )
+    _refuse_inputs(timing_options)
     if (input_size is None) == (tokens is None):
         raise ModelProfError(
             "pass one of input_size (e.g. (3, 224, 224), without the batch) or tokens= (a "
@@ -542,6 +541,16 @@ def measure_throughput(
 
 
 _KEYWORDS = keyword_names(measure_throughput)  # (read once, as profile's)
+
+
+def _refuse_inputs(timing_options: dict[str, Any]) -> None:
+    """Refuse the inputs measure_throughput makes itself, given among the timing options."""
+    for bad in ("inputs", "batch_size", "input_size"):
+        if bad in timing_options:
+            raise ModelProfError(
+                f"{bad}= is set by measure_throughput itself; pass input_size (or tokens= for "
+                "a language model)"
+            )
 
 
 def _disagreements(points: list[ThroughputPoint], warn: bool) -> list[NeighbourDisagreement]:
