@@ -786,7 +786,7 @@ def _run_profile(ctx: _Context) -> None:
     loaded = ctx.load_spec(args.model)
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
-    named = ctx.named_inputs([model])
+    named = _as_program_takes(loaded, ctx.named_inputs([model]))
     given = {"inputs": named} if named is not None else _recorded_inputs(ctx, loaded)
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
@@ -846,14 +846,48 @@ def _columns_arg(text: str | None) -> Any:
 
 
 def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:
-    """A .pt2 archive's recorded inputs (their batch and dtypes are what the program takes)
-    as ``profile(inputs=)`` when no size or batch is given and they are not both positional
-    and keyword; else empty, and its recorded shapes are used."""
-    if ctx.input_size is not None or ctx.args.batch_size is not None:
+    """A .pt2 archive's recorded inputs (their batch and dtypes are what the program takes,
+    its keyword inputs as keywords) as ``profile(inputs=)`` when no size or batch is given;
+    at a ``--batch-size``, those of a program with keyword inputs (which inputs made from
+    sizes, all positional, cannot call) with their rows repeated to it; else empty, and its
+    recorded shapes are used."""
+    args, kwargs = loaded.example_args, loaded.example_kwargs or {}
+    if ctx.input_size is not None or args is None:
         return {}
-    if loaded.example_args is None or (loaded.example_args and loaded.example_kwargs):
-        return {}
-    return {"inputs": loaded.example_args or loaded.example_kwargs}
+    if ctx.args.batch_size is not None:
+        if not kwargs:
+            return {}
+        args, kwargs = _rebatched((args, kwargs), ctx.args.batch_size)
+    return {"inputs": (tuple(args), kwargs) if args and kwargs else args or kwargs}
+
+
+def _rebatched(inputs: Any, batch: int) -> Any:
+    """``inputs`` at ``batch``: the rows of each tensor whose first dimension is the first
+    tensor's (the batch they were recorded at) repeated in turn, or cut, to ``batch``."""
+    import torch
+
+    from modelprof.runtime.tensors import iter_tensors, map_tensors
+
+    first = next((t for t in iter_tensors(inputs) if t.dim() > 0), None)
+    if first is None:
+        return inputs
+    recorded = first.shape[0]
+    rows = torch.arange(batch) % max(recorded, 1)
+
+    def rebatch(t: torch.Tensor) -> torch.Tensor:
+        return t[rows.to(t.device)] if t.dim() > 0 and t.shape[0] == recorded else t
+
+    return map_tensors(inputs, rebatch)
+
+
+def _as_program_takes(loaded: Any, named: Any) -> Any:
+    """Inputs given by name (``--input``, ``--tokens``) as a .pt2's program takes them:
+    ``(args, kwargs)`` by its signature (it takes no other layout); others as they are."""
+    if not isinstance(named, dict) or loaded.input_names is None:
+        return named
+    from modelprof.runtime.exported import arranged
+
+    return arranged(loaded.input_names, named, "--input")
 
 
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:

@@ -28,7 +28,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.archive import check_pt2_file, inspect_pt2
-from modelprof.runtime.exported import exported_layers
+from modelprof.runtime.exported import arranged, exported_layers, input_names
 
 __all__ = [
     "DEFAULT_INPUT_SIZE",
@@ -62,6 +62,8 @@ class LoadedModel:
     #: a ``.pt2``'s ``ExportedProgram`` whose layers ``model`` is (unflattened), else None:
     #: what timing it end to end runs is its flat ``module()``, not ``model``
     program: Any = None
+    #: a ``.pt2``'s positional and keyword input names (``exported.input_names``), else None
+    input_names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str, InputSize]:
@@ -463,19 +465,23 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
         raise ModelProfError(
             f"{str(path)!r} is corrupt or not a torch.export archive: {type(e).__name__}: {e}"
         ) from e
-    args, kwargs = _recorded_inputs(program, path)
+    names = input_names(program)
+    args, kwargs = _recorded_inputs(program, path, names)
     try:
         model, layered = exported_layers(program), program  # one row per layer
     except Exception:  # noqa: BLE001 - some programs cannot be unflattened: one flat graph
         model, layered = program.module(), None
     sizes = tuple(tuple(t.shape[1:]) for t in args if isinstance(t, torch.Tensor))
     size: InputSize = sizes[0] if len(sizes) == 1 else sizes or DEFAULT_INPUT_SIZE
-    return LoadedModel(model, path.stem, size, args, kwargs, program=layered)
+    return LoadedModel(model, path.stem, size, args, kwargs, program=layered, input_names=names)
 
 
-def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _recorded_inputs(
+    program: Any, path: Path, names: tuple[tuple[str, ...], tuple[str, ...]] | None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The example inputs the archive recorded, else made from its user inputs' recorded
-    shapes and dtypes (random floats, zero integers)."""
+    shapes and dtypes (random floats, zero integers), its keyword inputs (``names``, from
+    :func:`input_names`) as keywords."""
     example = getattr(program, "example_inputs", None)
     if example:
         if not (
@@ -493,7 +499,7 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
         args, kwargs = example
         return tuple(args), dict(kwargs)
     by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    made = []
+    made: dict[str, Any] = {}
     gen = torch.Generator().manual_seed(0)  # the user's global RNG is not advanced
     for name in program.graph_signature.user_inputs:
         value = by_name[name].meta.get("val") if name in by_name else None
@@ -510,10 +516,12 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
                 f"has a dynamic shape {tuple(value.shape)}; pass --input-size"
             ) from e
         if value.dtype.is_floating_point:
-            made.append(torch.randn(shape, dtype=value.dtype, generator=gen))
+            made[name] = torch.randn(shape, dtype=value.dtype, generator=gen)
         else:
-            made.append(torch.zeros(shape, dtype=value.dtype))
-    return tuple(made), {}
+            made[name] = torch.zeros(shape, dtype=value.dtype)
+    if names is None:
+        return tuple(made.values()), {}
+    return arranged(names, made, repr(str(path)))
 
 
 def _is_torchscript(path: Path) -> bool:

@@ -303,6 +303,18 @@ def test_plain_tensor_types_and_the_exported_module_type_name() -> None:
     assert compat.module_stack_type_name("torch.nn.modules.linear.Linear") == "Linear"
 
 
+def test_call_layout_reads_an_exported_programs_positional_and_keyword_inputs() -> None:
+    class Net(nn.Module):
+        def forward(self, x, pair, scale=None):
+            return x * pair[0] * pair[1] * scale
+
+    one = torch.ones(2)
+    program = torch.export.export(Net(), (one, (one, one)), {"scale": one})
+    # x one tensor, pair two; scale by keyword, one tensor
+    assert compat.call_layout(program) == ([1, 2], [("scale", 1)])
+    assert compat.call_layout(nn.Linear(2, 2)) is None  # no call spec
+
+
 def test_fast_ranges_reach_the_profilers_raw_events() -> None:
     # two nested ranges around one op: both come back by name, the op between their stamps,
     # with the fields modelprof.timing.kernels reads

@@ -259,3 +259,101 @@ def test_the_command_line_compares_and_searches_a_pt2_as_its_program_runs(
     del module_calls[:]
     assert main(["throughput", str(path), "--max-batch", "2", *budget]) == 0
     assert [c[0] > 0 for c in module_calls] == [True]
+
+
+class _Masked(nn.Module):
+    """Two positional inputs and a keyword one, as t11's: forward(x, y, mask=None)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.h = nn.Linear(16, 32), nn.Linear(8, 32), nn.Linear(32, 4)
+
+    def forward(self, x, y, mask=None):
+        h = self.a(x) + self.b(y)
+        return self.h(h * mask if mask is not None else h)
+
+
+@pytest.fixture(scope="module")
+def masked_pt2(tmp_path_factory):
+    """A .pt2 exported with a keyword input (``kwargs={"mask": ...}``) and a dynamic batch,
+    and one whose example inputs were left out."""
+    folder = tmp_path_factory.mktemp("masked")
+    x, y, mask = torch.randn(2, 5, 16), torch.randn(2, 5, 8), torch.ones(2, 5, 32)
+    batch = torch.export.Dim("b", max=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(
+            _Masked().eval(),
+            (x, y),
+            {"mask": mask},
+            dynamic_shapes={"x": {0: batch}, "y": {0: batch}, "mask": {0: batch}},
+        )
+        torch.export.save(program, folder / "m.pt2")
+        program.example_inputs = None
+        torch.export.save(program, folder / "bare.pt2")
+    return folder
+
+
+#: MACs per row (5 tokens): 5 x (16x32 + 8x32 + 32x4)
+_MASKED_MACS = 5 * (16 * 32 + 8 * 32 + 32 * 4)
+
+
+@pytest.mark.parametrize(
+    "file, flags, batch",
+    [
+        ("m.pt2", [], 2),  # its recorded inputs, the mask by keyword
+        ("bare.pt2", [], 2),  # made from its inputs' shapes, the mask by keyword
+        ("m.pt2", ["--batch-size", "3"], 3),  # its recorded rows, repeated to 3
+        (
+            "m.pt2",
+            ["--input", "x:float32[5,16]", "--input", "y:float32[5,8]"]
+            + ["--input", "mask:float32[5,32]:1", "--batch-size", "2"],
+            2,
+        ),
+    ],
+)
+def test_the_command_line_calls_a_pt2_with_its_keyword_inputs(
+    masked_pt2, capsys, file, flags, batch
+):
+    from modelprof.cli import main
+
+    assert main(["profile", str(masked_pt2 / file), "--no-timing", *flags]) == 0, (
+        capsys.readouterr().err
+    )
+    out = capsys.readouterr().out
+    assert f"input {batch}x5x16, {batch}x5x8, {batch}x5x32" in out
+    assert f"MACs {batch * _MASKED_MACS:,}" in out
+
+
+def test_an_input_the_program_does_not_take_is_refused_by_name(masked_pt2, capsys):
+    from modelprof.cli import main
+
+    given = ["--input", "x:float32[5,16]", "--input", "z:float32[5,8]"]
+    assert main(["profile", str(masked_pt2 / "m.pt2"), "--no-timing", *given]) == 2
+    err = capsys.readouterr().err
+    assert "takes x, y positionally and mask by keyword" in err
+    assert "no input z; y, mask missing" in err
+
+
+def test_input_names_place_single_tensors_only(masked_pt2):
+    from modelprof.runtime.exported import input_names
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.load(masked_pt2 / "m.pt2")
+        plain = torch.export.export(_Masked(), (torch.ones(1, 16), torch.ones(1, 8)))
+    assert input_names(program) == (("x", "y"), ("mask",))
+    assert input_names(plain) == (("x", "y"), ())
+
+
+def test_a_nested_input_has_no_names():
+    from modelprof.runtime.exported import input_names
+
+    class Pair(nn.Module):
+        def forward(self, pair):
+            return pair[0] + pair[1]
+
+    one = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert input_names(torch.export.export(Pair(), ((one, one),))) is None

@@ -36,6 +36,7 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "call_layout",
     "compile_in_place_like",
     "compiled_in_place",
     "compiled_like",
@@ -385,6 +386,30 @@ function_stack = types.SimpleNamespace(
 PLAIN_TENSOR_TYPES: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter) + (
     (torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ()
 )
+
+
+def call_layout(program: Any) -> tuple[list[int], list[tuple[str, int]]] | None:
+    """How an ``ExportedProgram`` is called, from its call spec's input tree ``(args, kwargs)``:
+    the leaves (tensors) of each positional argument, and each keyword argument's name with
+    its leaves; None where the tree is not so. Reads ``TreeSpec``'s fields (``type``,
+    ``context``, ``num_leaves``, and its children: ``children()`` where it has it, 2.14
+    deprecating ``children_specs``; ``torch.utils._pytree``; 2.4-2.14)."""
+    spec = getattr(getattr(program, "call_spec", None), "in_spec", None)
+    try:
+        args, kwargs = _tree_children(spec)
+        if args.type is not tuple or kwargs.type is not dict:
+            return None
+        return [c.num_leaves for c in _tree_children(args)], [
+            (str(k), c.num_leaves) for k, c in zip(kwargs.context, _tree_children(kwargs))
+        ]
+    except (AttributeError, TypeError, ValueError):  # no spec, or another tree
+        return None
+
+
+def _tree_children(spec: Any) -> list[Any]:
+    """A ``TreeSpec``'s child specs."""
+    children = getattr(spec, "children", None)
+    return list(children() if callable(children) else spec.children_specs)
 
 
 def module_stack_type_name(kind: Any) -> str:

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfWarning, warn_user
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.runtime import compat
 
-__all__ = ["exported_layers", "is_flat_export", "runnable"]
+__all__ = ["arranged", "exported_layers", "input_names", "is_flat_export", "runnable"]
 
 
 def runnable(model: Any) -> Any:
@@ -25,6 +25,46 @@ def runnable(model: Any) -> Any:
     if isinstance(model, torch.export.ExportedProgram):
         return model.module()
     return model
+
+
+def input_names(program: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The names of a program's positional inputs, in order, and of its keyword inputs (the
+    forward's names, as its placeholders keep them); None where an input is a nested structure
+    (a list, a dict of tensors) or the program's call spec cannot be read."""
+    layout = compat.call_layout(program)
+    if layout is None:
+        return None
+    positional, keywords = layout
+    names = list(program.graph_signature.user_inputs)
+    leaves = [*positional, *(n for _, n in keywords)]
+    if any(n != 1 for n in leaves) or len(names) != len(leaves):
+        return None
+    return tuple(names[: len(positional)]), tuple(k for k, _ in keywords)
+
+
+def arranged(
+    names: tuple[tuple[str, ...], tuple[str, ...]], given: dict[str, Any], source: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Inputs ``given`` by name as a program with these :func:`input_names` takes them:
+    ``(args, kwargs)``, its positional inputs in order and its keyword inputs by name (it takes
+    no other layout). A name it does not take, or one it takes left out, is refused, naming
+    ``source`` (where the names came from)."""
+    positional, keywords = names
+    unknown = [n for n in given if n not in positional and n not in keywords]
+    missing = [n for n in (*positional, *keywords) if n not in given]
+    if unknown or missing:
+        takes = " and ".join(
+            f"{', '.join(n)} {how}"
+            for n, how in ((positional, "positionally"), (keywords, "by keyword"))
+            if n
+        )
+        wrong = [f"no input {', '.join(unknown)}"] if unknown else []
+        wrong += [f"{', '.join(missing)} missing"] if missing else []
+        raise ModelProfError(
+            f"{source}: the exported program takes {takes or 'no inputs'} (the inputs it was "
+            f"exported with); {'; '.join(wrong)}"
+        )
+    return tuple(given[n] for n in positional), {n: given[n] for n in keywords}
 
 
 def is_flat_export(model: Any) -> bool:
