@@ -96,9 +96,10 @@ def test_the_backward_check_names_a_compiled_models_two_regimes() -> None:
     a = judge_backward(clean, passes, 200, regimes="torch.compile")
     assert a.verdict == "disagree" and a.between_regimes
     assert (
-        "as the clean runs use torch.compile and the per-layer passes the eager model; quote "
-        "the clean backward 1.000 ms for the model as it runs, and the per-layer backward rows "
-        "by their backward latency share" in a.note()
+        "as the clean runs use torch.compile and the per-layer passes do not (they run the "
+        "eager model, or an exported program's layers unflattened); quote the clean backward "
+        "1.000 ms for the model as it runs, and the per-layer backward rows by their backward "
+        "latency share" in a.note()
     )
     assert not judge_backward(clean, passes, 200, True).between_regimes  # one regime: load
 
