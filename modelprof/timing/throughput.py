@@ -122,6 +122,23 @@ class ThroughputPoint:
         """Other work on the machine stretched the point (``Measurement.loaded``): rough."""
         return bool(self.measurement is not None and self.measurement.loaded)
 
+    @property
+    def undersampled(self) -> bool:
+        """The point rests on fewer runs than ``min_samples``, or has no interval
+        (``Measurement.undersampled``)."""
+        return bool(self.measurement is not None and self.measurement.undersampled)
+
+    @property
+    def runs_text(self) -> str:
+        """The runs it rests on, against what it asked for: ``n=2 < min_samples=5``, or
+        ``n=1, no interval``."""
+        m = self.measurement
+        if m is None:
+            return "no runs kept"
+        if m.min_samples is not None and m.n < m.min_samples:
+            return f"n={m.n} < min_samples={m.min_samples}"
+        return f"n={m.n}" + ("" if m.has_interval else ", no interval")
+
     def to_dict(self) -> dict[str, Any]:
         """The point's columns, JSON-ready (an interval it has not: None)."""
         return jsonable({k: getattr(self, k) for k in _COLUMNS})
@@ -200,41 +217,64 @@ class Throughput(Exports):
             return next(p for p in self.points if p.batch_size == self.best_batch)
         return max(self.points, key=lambda p: p.samples_per_s)
 
+    def _rule(self, key: str) -> Any:
+        """A search setting as ``measure_throughput`` records it (``env["mode"]``, where
+        ``collect_env`` keeps the keywords it is given), else at the top of an ``env`` given by
+        hand."""
+        mode = self.env.get("mode")
+        if isinstance(mode, dict) and key in mode:
+            return mode[key]
+        return self.env.get(key)
+
     @property
     def stop_explanation(self) -> str:
-        """Why the search stopped where it did, in a sentence."""
+        """Why the search stopped where it did, in a sentence; where the points it stopped on
+        were read on a loaded machine or rest on too few runs, it says so and concludes
+        nothing from them."""
         last = max(p.batch_size for p in self.points)
-        gain = self.env.get("gain")
         if self.stop_reason == "no_improvement":
-            patience = self.env.get("patience")
-            rule = f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else ""
-            times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
-            anchor = _anchor(self.points, gain or 0.0).batch_size
-            busy = [p.batch_size for p in self.points if p.batch_size > anchor and p.loaded]
-            head = f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
-            if busy:  # the load, not the batch, may have held them back
-                return head + (
-                    f"batch {anchor}'s, but batch {', '.join(map(str, busy))} read on a "
-                    "loaded machine: the curve may not have flattened; time again on a "
-                    "quieter machine"
-                )
-            return head + (
-                f"batch {anchor}'s: the curve has flattened, a larger max_batch is unlikely to help"
-            )
+            return self._flattened_text(last)
         if self.stop_reason == "oom":
             return (
                 f"stopped by out-of-memory: batch {self.oom_batch} did not fit, "
                 f"{self.max_fit_batch} was the largest that ran"
             )
         if self.stop_reason == "max_batch":
-            head = f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
-            if self.best.batch_size != last:  # the last point read fewer samples/s
-                return head + (
-                    f"allowed; batch {last} read fewer samples/s than batch "
-                    f"{self.best.batch_size}'s: a larger batch is unlikely to help"
-                )
-            return head + "allowed: raise max_batch (--max-batch) to search further"
+            return self._capped_text(last)
         return f"stopped: {self.stop_reason}"
+
+    def _flattened_text(self, last: int) -> str:
+        """``no_improvement``: the points after the one they did not beat (the anchor) by
+        ``gain``; a loaded one read low, and the anchor or one after it on too few runs may
+        read either way: then the curve may not have flattened."""
+        gain, patience = self._rule("gain"), self._rule("patience")
+        rule = f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else ""
+        times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
+        anchor = _anchor(self.points, gain if isinstance(gain, (int, float)) else 0.0)
+        after = [p for p in self.points if p.batch_size > anchor.batch_size]
+        head = (
+            f"stopped at batch {last}: {times} did not raise samples/s{rule} over batch "
+            f"{anchor.batch_size}'s"
+        )
+        doubt, advice = _doubts(after, [anchor, *after])
+        if doubt:  # the load or the few runs, not the batch, may have held them back
+            return f"{head}, but {doubt}: the curve may not have flattened; time again {advice}"
+        return f"{head}: the curve has flattened, a larger max_batch is unlikely to help"
+
+    def _capped_text(self, last: int) -> str:
+        """``max_batch``: the last batch read fewer samples/s than the best (a larger batch is
+        unlikely to help, unless load or too few runs lowered it), or it is the best."""
+        cap = self._rule("max_batch") or last
+        head = f"stopped at max_batch={cap}, the largest batch allowed"
+        best = self.best
+        if best.batch_size == last:
+            return head + ": raise max_batch (--max-batch) to search further"
+        text = f"{head}; batch {last} read fewer samples/s than batch {best.batch_size}'s"
+        after = [p for p in self.points if p.batch_size > best.batch_size]
+        doubt, advice = _doubts(after, [best, *after])
+        if doubt:
+            return f"{text}, but {doubt}: a larger batch may still help; time again {advice}"
+        return text + ": a larger batch is unlikely to help"
 
     @property
     def best_batch_size(self) -> int:
@@ -306,7 +346,7 @@ class Throughput(Exports):
     def _heading(self) -> tuple[str, str]:
         """The curve in a line (where, what a sample is, the best point), and the legend of
         the ``~`` marks where some are set (a point slower than a bigger batch, or loaded)."""
-        what = "whole training steps" if self.env.get("backward") else "forward"
+        what = "whole training steps" if self._rule("backward") else "forward"
         b = self.best
         head = (
             f"throughput on {self.device} ({what}): best {b.samples_per_s:,.1f} samples/s at "
@@ -349,6 +389,23 @@ class Throughput(Exports):
             )
         lines.extend(f"  !! {note}" for note in [*self.notes, *self.timing_notes])
         return "\n".join(lines)
+
+
+def _doubts(busy: list[ThroughputPoint], few: list[ThroughputPoint]) -> tuple[str, str]:
+    """What makes a conclusion from points' samples/s unsure, and how to time again: those
+    of ``busy`` read on a loaded machine, those of ``few`` on too few runs (``undersampled``:
+    fewer than ``min_samples``, or no interval). ``("", "")`` where neither."""
+    loaded = [p.batch_size for p in busy if p.loaded]
+    short = [p for p in few if p.undersampled]
+    said, advice = [], []
+    if loaded:
+        said.append(f"batch {', '.join(map(str, loaded))} read on a loaded machine")
+        advice.append("on a quieter machine")
+    if short:
+        runs = ", ".join(f"{p.batch_size} ({p.runs_text})" for p in short)
+        said.append(f"batch {runs} {'rests' if len(short) == 1 else 'rest'} on too few runs")
+        advice.append("with a larger budget_s")
+    return " and ".join(said), " or ".join(advice)
 
 
 def _anchor(points: list[ThroughputPoint], gain: float) -> ThroughputPoint:

@@ -1,0 +1,98 @@
+"""What a throughput curve says of its points: the search's conclusions, undersampled points,
+what a sample is, and its units. Every point comes from a fake ``measure=``, so the curve is
+the same on any machine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pytest
+from torch import nn
+
+from modelprof.timing import Throughput, measure_throughput
+from modelprof.timing.measurement import Measurement
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+def fake(
+    sps: dict[int, float], *, loaded: bool = False, few: Iterable[int] = ()
+) -> Callable[..., Measurement]:
+    """A point measure whose batch ``b`` reads ``sps[b]`` samples/s (to within 0.6 %) over 12
+    runs in 6 blocks, or 2 runs in 2 blocks (below min_samples=5) for a batch of ``few``;
+    ``loaded``: the wall clock twice the CPU work, a core's worth of other work beside it."""
+    few = set(few)
+
+    def measure(model: Any, b: int, device: Any, options: Any) -> Measurement:
+        n = 2 if b in few else 12
+        ms = np.full(n, b / sps[b] * 1e3) * (1 + 0.001 * np.arange(n))
+        return Measurement(
+            ms,
+            batch_size=b,
+            stop_reason="budget",
+            blocks=np.arange(n) // 2 if n > 2 else np.arange(n),
+            cpu_ms=ms / 2 if loaded else ms,
+            cpu_clock="thread_time",
+            competing_cores=1.0 if loaded else 0.0,
+            min_samples=5,
+        )
+
+    return measure
+
+
+def search(sps: dict[int, float], max_batch: int = 64, **fake_args: Any) -> Throughput:
+    return measure_throughput(
+        nn.Linear(2, 2), (2,), max_batch=max_batch, measure=fake(sps, **fake_args), warn=False
+    )
+
+
+def test_a_searched_curve_reads_its_own_rule_and_load():
+    # measure_throughput keeps gain and patience in env["mode"]: stop_explanation read them at
+    # the top of env, found no gain, took the last point as the one not beaten, and said the
+    # curve had flattened from points all read on a loaded machine
+    curve = search({1: 1000, 2: 1900, 4: 1950, 8: 1990}, loaded=True)
+    assert curve.stop_reason == "no_improvement" and all(p.loaded for p in curve.points)
+    assert curve.stop_explanation == (
+        "stopped at batch 8: 2 batch sizes in a row did not raise samples/s by at least 5 % "
+        "over batch 2's, but batch 4, 8 read on a loaded machine: the curve may not have "
+        "flattened; time again on a quieter machine"
+    )
+    quiet = search({1: 1000, 2: 1900, 4: 1950, 8: 1990})
+    assert quiet.stop_explanation.endswith(
+        "over batch 2's: the curve has flattened, a larger max_batch is unlikely to help"
+    )
+    # a training step's search records backward=True there too: its caption said "forward"
+    quiet.env["mode"]["backward"] = True
+    assert "throughput on cpu (whole training steps): best" in str(quiet.to_markdown())
+
+
+def test_a_search_stopped_at_max_batch_concludes_nothing_from_loaded_points():
+    # batch 4 read fewer samples/s than batch 2 at the cap: "a larger batch is unlikely to
+    # help", though every point was read on a loaded machine
+    sps = {1: 1000, 2: 1900, 4: 1800}
+    loaded = search(sps, max_batch=4, loaded=True)
+    assert loaded.stop_reason == "max_batch" and loaded.best_batch_size == 2
+    text = loaded.stop_explanation
+    assert text.startswith("stopped at max_batch=4, the largest batch allowed; batch 4 read fewer")
+    assert "but batch 4 read on a loaded machine: a larger batch may still help" in text
+    assert "unlikely to help" not in text
+    assert search(sps, max_batch=4).stop_explanation.endswith(
+        ": a larger batch is unlikely to help"
+    )
+
+
+def test_a_conclusion_from_too_few_runs_says_so():
+    # batch 8 ran twice (min_samples=5): its samples/s may read either way
+    curve = search({1: 1000, 2: 1900, 4: 1950, 8: 1990}, few=[8])
+    assert [p.undersampled for p in curve.points] == [False, False, False, True]
+    assert not any(p.loaded for p in curve.points)
+    text = curve.stop_explanation
+    assert "over batch 2's, but batch 8 (n=2 < min_samples=5) rests on too few runs: the" in text
+    assert text.endswith("the curve may not have flattened; time again with a larger budget_s")
+    capped = search({1: 1000, 2: 1900, 4: 1800}, max_batch=4, few=[4]).stop_explanation
+    assert (
+        "but batch 4 (n=2 < min_samples=5) rests on too few runs" in capped
+        and "unlikely" not in capped
+    )
