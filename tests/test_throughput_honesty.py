@@ -96,3 +96,46 @@ def test_a_conclusion_from_too_few_runs_says_so():
         "but batch 4 (n=2 < min_samples=5) rests on too few runs" in capped
         and "unlikely" not in capped
     )
+
+
+def test_a_point_on_too_few_runs_is_shown_rough_and_not_chosen_best():
+    # batch 4 ran twice (min_samples=5) and read 1004.5 samples/s beside batch 1's and 2's
+    # 994.5 over 12 runs each: it was the best, unmarked, in no note
+    import warnings
+
+    from modelprof.errors import FewSamplesWarning
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        curve = measure_throughput(
+            nn.Linear(2, 2), (2,), max_batch=4, measure=fake({1: 1000, 2: 1000, 4: 1005}, few=[4])
+        )
+    four = curve.points[-1]
+    assert four.samples_per_s == max(p.samples_per_s for p in curve.points)
+    assert curve.best_batch_size == 1 and four.undersampled and not curve.best.undersampled
+    assert curve.to_dataframe()["latency_rough"].tolist() == [False, False, True]
+    [note] = curve.timing_notes
+    assert note.startswith("batch 4 rests on too few runs (batch 4: 2 runs in the time budget")
+    said = [str(w.message) for w in got if issubclass(w.category, FewSamplesWarning)]
+    assert said == [f"modelprof: throughput: {note}"]  # once, for the search
+    assert "batch     4:" in repr(curve) and "(too few runs: n=2 < min_samples=5; rough)" in repr(
+        curve
+    )
+    md = str(curve.to_markdown()).replace("\\~", "~").replace("\\<", "<")
+    assert "~ rough: batch 4 (n=2 < min_samples=5) on too few runs" in md.splitlines()[0]
+    rows = [[c.strip() for c in r.split("|")[1:-1]] for r in md.splitlines() if r.startswith("|")]
+    header, cells = rows[0], {r[0]: dict(zip(rows[0], r)) for r in rows[2:]}
+    assert "samples/s" in header and "latency" in header
+    for batch, marked in (("1", False), ("2", False), ("4", True)):
+        assert cells[batch]["latency"].startswith("~") == marked
+        assert cells[batch]["samples/s"].startswith("~") == marked
+    assert note in md and curve.to_dict()["timing_notes"] == [note]
+    # every point on too few runs: the fastest, rough and said so
+    short = search({1: 1000, 2: 1000, 4: 1005}, max_batch=4, few=[1, 2, 4])
+    assert short.best_batch_size == 4 and short.to_dataframe()["latency_rough"].all()
+    # at max_batch, a last batch passed over for its few runs is not "read fewer samples/s"
+    capped = search({1: 1000, 2: 1900, 4: 2500}, max_batch=4, few=[4])
+    assert capped.best_batch_size == 2
+    assert "batch 4 read more samples/s than batch 2's but rests on too few runs" in (
+        capped.stop_explanation
+    )

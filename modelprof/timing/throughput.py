@@ -7,8 +7,10 @@ that fits is found by binary search. samples/s of a point = batches x batch size
 time. A point whose latency lies above a bigger batch's beyond both intervals
 (``timing.agreement.neighbour_disagreements``) is marked rough (``latency_rough``; ``~`` in the
 human-readable exports), named in ``notes`` and warned about. The points do not warn one by
-one: a search warns once of the points timed on a loaded machine, once of those that drifted
-and once of those whose GPU clock moved (``timing_notes``, ``timing_warnings``). Each point's
+one: a search warns once of the points timed on a loaded machine, once of those that drifted,
+once of those whose GPU clock moved and once of those on too few runs (``timing_notes``,
+``timing_warnings``); a point on too few runs (``undersampled``) is rough too, and the best
+point is taken from those with enough runs where any has. Each point's
 median has its 95 % interval (``latency_ci_low_ms``/``_high``); its samples/s is a mean, so a
 stall counts, and under load it reads below batch / median.
 """
@@ -28,6 +30,7 @@ from torch import nn
 
 from modelprof.errors import (
     DriftWarning,
+    FewSamplesWarning,
     GpuClockWarning,
     LoadedMachineWarning,
     ModelProfError,
@@ -176,8 +179,8 @@ class Throughput(Exports):
     def timing_warnings(self) -> list[tuple[str, type[Warning]]]:
         """What made the points' timing less sure, each with its warning's kind: the points
         timed on a loaded machine (``LoadedMachineWarning``), those that drifted
-        (``DriftWarning``), those whose GPU clock moved (``GpuClockWarning``); a search warns
-        of each once, its points not one by one."""
+        (``DriftWarning``), those whose GPU clock moved (``GpuClockWarning``), those on too few
+        runs (``FewSamplesWarning``); a search warns of each once, its points not one by one."""
         points = [p for p in self.points if p.measurement is not None]
         ms = {f"batch {p.batch_size}": p.measurement for p in points}
         loaded = [k for k, m in ms.items() if m.loaded]
@@ -204,6 +207,16 @@ class Throughput(Exports):
                 "GPU changed speed (lock its clocks, or warm up longer)"
             )
             found.append((note, GpuClockWarning))
+        few = [p for p in points if p.undersampled]
+        if few:
+            why = "; ".join(f"batch {p.batch_size}: {p.measurement.short_reason}" for p in few)
+            note = (
+                f"batch {', '.join(str(p.batch_size) for p in few)} "
+                f"{'rests' if len(few) == 1 else 'rest'} on too few runs ({why}): rough, "
+                "and the best batch size is taken from points with enough where any has; a "
+                "larger budget_s gives more runs"
+            )
+            found.append((note, FewSamplesWarning))
         return found
 
     @property
@@ -213,9 +226,13 @@ class Throughput(Exports):
 
     @property
     def best(self) -> ThroughputPoint:
+        """The point with the most samples/s of those not on too few runs (``undersampled``),
+        of all where every one is (then rough, as it is in the frame); ``best_batch`` where
+        set."""
         if self.best_batch is not None:
             return next(p for p in self.points if p.batch_size == self.best_batch)
-        return max(self.points, key=lambda p: p.samples_per_s)
+        enough = [p for p in self.points if not p.undersampled] or self.points
+        return max(enough, key=lambda p: p.samples_per_s)
 
     def _rule(self, key: str) -> Any:
         """A search setting as ``measure_throughput`` records it (``env["mode"]``, where
@@ -269,6 +286,13 @@ class Throughput(Exports):
         best = self.best
         if best.batch_size == last:
             return head + ": raise max_batch (--max-batch) to search further"
+        top = self.points[-1]
+        if top.samples_per_s > best.samples_per_s:  # passed over: too few runs (``best``)
+            return (
+                f"{head}; batch {last} read more samples/s than batch {best.batch_size}'s but "
+                f"rests on too few runs ({top.runs_text}): time again with a larger budget_s, "
+                "and raise max_batch (--max-batch) to search further"
+            )
         text = f"{head}; batch {last} read fewer samples/s than batch {best.batch_size}'s"
         after = [p for p in self.points if p.batch_size > best.batch_size]
         doubt, advice = _doubts(after, [best, *after])
@@ -302,7 +326,9 @@ class Throughput(Exports):
         values = [[getattr(p, k) for k in _COLUMNS] for p in self.points]
         df = pd.DataFrame(values, columns=list(_COLUMNS))  # NaN, not the JSON's None
         rough = {d.point for d in self.disagreements}
-        df[_ROUGH] = [f"batch {p.batch_size}" in rough or p.loaded for p in self.points]
+        df[_ROUGH] = [
+            f"batch {p.batch_size}" in rough or p.loaded or p.undersampled for p in self.points
+        ]
         df["latency_n"] = df["latency_n"].astype("Int64")  # (a point without runs: <NA>)
         if all(p.peak_memory_bytes is None for p in self.points):
             return df.drop(columns="peak_memory_bytes")
@@ -358,6 +384,9 @@ class Throughput(Exports):
         loaded = [p.batch_size for p in self.points if p.loaded]
         if loaded:
             legend += f"; ~ rough: batch {', '.join(map(str, loaded))} timed on a loaded machine"
+        few = [f"{p.batch_size} ({p.runs_text})" for p in self.points if p.undersampled]
+        if few:
+            legend += f"; ~ rough: batch {', '.join(few)} on too few runs"
         return head, legend
 
     def to_dict(self) -> dict[str, Any]:
@@ -378,9 +407,10 @@ class Throughput(Exports):
                 if p.peak_memory_bytes is not None
                 else ""
             )
+            few = f" (too few runs: {p.runs_text}; rough)" if p.undersampled else ""
             lines.append(
                 f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9} median, "
-                f"{p.samples_per_s:,.1f} samples/s over all its runs{mem}"
+                f"{p.samples_per_s:,.1f} samples/s over all its runs{few}{mem}"
             )
         if self.memory_before_bytes is not None:
             lines.append(
@@ -655,12 +685,20 @@ def _search(
 
 
 def _agreed_best(points: list[ThroughputPoint]) -> int:
-    """The batch with the most samples/s; under a process group, the batch whose slowest rank
-    is fastest (every rank picks the same)."""
+    """The batch with the most samples/s of those not on too few runs (``undersampled``: a
+    point of 2 runs won by a hair, unmarked), of all where every one is; under a process group,
+    the batch whose slowest rank is fastest, a point on too few runs on any rank passed over
+    (every rank picks the same)."""
     agree = current_agreement()
-    sps = [p.samples_per_s for p in points]
-    if agree is not None:  # samples/s in milli-units: the all-reduce carries int64
-        sps = agree.least([int(round(v * 1e3)) for v in sps])
+
+    def least(values: list[float]) -> list[float]:
+        if agree is None:
+            return values
+        return agree.least([int(round(v * 1e3)) for v in values])  # int64 milli-units
+
+    sps = least([-1.0 if p.undersampled else p.samples_per_s for p in points])
+    if max(sps) < 0:  # every point on too few runs (somewhere): the fastest, rough
+        sps = least([p.samples_per_s for p in points])
     return points[max(range(len(points)), key=lambda i: sps[i])].batch_size
 
 
