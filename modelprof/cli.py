@@ -991,7 +991,8 @@ def _run_throughput(ctx: _Context) -> None:
         for note in [*result.notes, *result.timing_notes]:
             print(f"!! {note}\n", file=ctx.stdout)
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
-            stem, caption = f"{name}_throughput", f"{name} throughput"
+            stem = f"{name}_throughput"
+            caption = f"{name} throughput, input {ctx.input_text(size)}"  # what a sample is
             caption += " (whole training steps)" if args.backward else ""
             if result.timing_notes:
                 caption += "; timed on a loaded or changing machine (see the notes)"

@@ -65,7 +65,7 @@ def test_a_searched_curve_reads_its_own_rule_and_load():
     )
     # a training step's search records backward=True there too: its caption said "forward"
     quiet.env["mode"]["backward"] = True
-    assert "throughput on cpu (whole training steps): best" in str(quiet.to_markdown())
+    assert "throughput on cpu (whole training steps, input 2): best" in str(quiet.to_markdown())
 
 
 def test_a_search_stopped_at_max_batch_concludes_nothing_from_loaded_points():
@@ -139,3 +139,41 @@ def test_a_point_on_too_few_runs_is_shown_rough_and_not_chosen_best():
     assert "batch 4 read more samples/s than batch 2's but rests on too few runs" in (
         capped.stop_explanation
     )
+
+
+class _Ids(nn.Module):
+    """A language model's shape: token ids in, one vector a token out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 4)
+
+    def forward(self, input_ids):
+        return self.embed(input_ids)
+
+
+def test_a_curve_records_what_a_sample_is_in_its_env_and_caption(tmp_path):
+    # with tokens=32 only the command line's stdout heading said the sequence length: the
+    # JSON's env, the Markdown and LaTeX captions did not
+    from modelprof.render import read_json
+
+    rate = {1: 1000, 2: 1900, 4: 1950}
+    curves = {
+        "32 tokens": measure_throughput(
+            _Ids(), tokens=32, max_batch=4, measure=fake(rate), warn=False
+        ),
+        "3x224x224": measure_throughput(
+            nn.Linear(2, 2), (3, 224, 224), max_batch=4, measure=fake(rate), warn=False
+        ),
+        "3x8, 5": measure_throughput(
+            nn.Linear(2, 2), [(3, 8), (5,)], max_batch=4, measure=fake(rate), warn=False
+        ),
+    }
+    for sample, curve in curves.items():
+        assert curve.env["input"] == sample
+        heading = f"throughput on cpu (forward, input {sample}): best"
+        assert heading in str(curve.to_markdown()).splitlines()[0]
+        latex = heading.replace("x", "$\\times$")  # (3$\times$224$\times$224, as a report's)
+        assert f"\\caption{{{latex}" in str(curve.to_latex(width=None))
+        _, _, env = read_json(curve.to_json(tmp_path / "tp.json"))
+        assert env["env"]["input"] == sample

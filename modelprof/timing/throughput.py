@@ -47,7 +47,7 @@ from modelprof.runtime.env import collect_env, jsonable
 from modelprof.runtime.execution import random_kept
 from modelprof.runtime.exported import runnable
 from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.inputs import parse_dtype, token_inputs
+from modelprof.runtime.inputs import parse_dtype, parse_input_size, token_inputs
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import FIRST_CALL, HELD_BYTES, measure_latency, resolve_call
@@ -370,9 +370,12 @@ class Throughput(Exports):
         return fmt.write(df, None, env=env, path=path, view=given)
 
     def _heading(self) -> tuple[str, str]:
-        """The curve in a line (where, what a sample is, the best point), and the legend of
-        the ``~`` marks where some are set (a point slower than a bigger batch, or loaded)."""
+        """The curve in a line (where, what a sample is: ``env["input"]``, the best point), and
+        the legend of the ``~`` marks where some are set (a point slower than a bigger batch,
+        loaded, or on too few runs)."""
         what = "whole training steps" if self._rule("backward") else "forward"
+        sample = self.env.get("input")
+        what += f", input {sample}" if sample else ""  # a sample's size: 32 tokens, 3x224x224
         b = self.best
         head = (
             f"throughput on {self.device} ({what}): best {b.samples_per_s:,.1f} samples/s at "
@@ -609,22 +612,47 @@ def measure_throughput(
     )
     for note, kind in result.timing_warnings if asked.warn else ():
         warn_user(f"modelprof: throughput: {note}", kind)
-    best = result.best
-    flags = opts.flags(eval_mode=not training, no_grad=no_grad)
-    if measure is not None and best.measurement is not None:  # its runs say what they ran
-        own = best.measurement.env.get("mode", {})
+    result.env = _curve_env(result.best, point, (max_batch, gain, patience))
+    return result
+
+
+def _curve_env(
+    best: ThroughputPoint, point: _Point, bounds: tuple[int, float, int]
+) -> dict[str, Any]:
+    """The curve's environment: the best point's device and dtype, the search's ``bounds``
+    (max_batch, gain, patience) and modes (those a ``measure=``'s runs say, where it ran its
+    own) under ``mode``, and what a sample is (``input``: ``32 tokens``, ``3x224x224``)."""
+    m = best.measurement
+    training, no_grad = point.switches["training"], point.switches["no_grad"]
+    flags = point.opts.flags(eval_mode=not training, no_grad=no_grad)
+    if point.timed is not None and m is not None:  # its runs say what they ran
+        own = m.env.get("mode", {})
         flags = {**flags, **{k: own[k] for k in (*flags, *_MEASURED_KEYS) if k in own}}
-    result.env = collect_env(
-        dev,
-        dtype=point.dtype or (best.measurement.env.get("dtype") if best.measurement else None),
+    max_batch, gain, patience = bounds
+    env = collect_env(
+        point.dev,
+        dtype=point.dtype or (m.env.get("dtype") if m is not None else None),
         batch_size=best.batch_size,
         max_batch=max_batch,
         gain=gain,
         patience=patience,
-        budget_s_per_point=opts.stop.budget_s,
+        budget_s_per_point=point.opts.stop.budget_s,
         **flags,
     )
-    return result
+    env["input"] = _sample_text(point.input_size, point.tokens[1])
+    return env
+
+
+def _sample_text(input_size: Any, tokens: int | None) -> str:
+    """What one sample of the search is, batch left out: ``32 tokens`` (a sequence of token
+    ids), ``3x224x224``, several inputs comma-separated (as the command line's heading)."""
+    if tokens is not None:
+        return f"{tokens} tokens"
+    try:
+        shapes = parse_input_size(input_size)
+    except ModelProfError:  # (a ``measure=`` of its own may read it otherwise)
+        return str(input_size)
+    return ", ".join("x".join(map(str, s)) for s in shapes)
 
 
 _KEYWORDS = keyword_names(measure_throughput)  # (read once, as profile's)
