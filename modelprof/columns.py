@@ -256,7 +256,7 @@ _group(
     "compare",
     ("fps", "FPS", "float", {"rough": True}),  # 1 / the latency median: rough with it
     # (a throughput point's: over the same runs as its latency, rough where that is)
-    ("samples_per_s", "samples/s", "float", {"rough": True}),
+    ("samples_per_s", "samples/s", "count", {"rough": True, "dtype": "float64"}),
     ("batch_size", "batch size", "int"),
     ("throughput_samples_per_s", "throughput (samples/s)", "float"),
     ("throughput_batch_size", "throughput batch", "int"),

@@ -177,3 +177,26 @@ def test_a_curve_records_what_a_sample_is_in_its_env_and_caption(tmp_path):
         assert f"\\caption{{{latex}" in str(curve.to_latex(width=None))
         _, _, env = read_json(curve.to_json(tmp_path / "tp.json"))
         assert env["env"]["input"] == sample
+
+
+def test_a_curves_samples_per_s_is_shown_in_a_unit_of_at_most_4_digits():
+    # LaTeX and Markdown printed 584824.35 samples/s, no unit: a column of at most 4 digits
+    # before the point, as every count-like column (K samples/s here); CSV keeps raw numbers
+    from modelprof.render import read_csv
+
+    curve = search({1: 150_000, 2: 300_000, 4: 584_824}, max_batch=4)
+    thousands = [f"{p.samples_per_s / 1e3:.2f}" for p in curve.points]
+    assert thousands == ["149.18", "298.36", "581.63"]
+    lines = str(curve.to_latex(width=None)).splitlines()
+    top = lines.index("\\midrule")
+    units = [c.strip() for c in lines[top - 1].rstrip("\\ ").split("&")]
+    names = [c.strip() for c in lines[top - 2].rstrip("\\ ").split("&")]
+    assert units[names.index("samples/s")] == "(K)"
+    rows = [[c.strip() for c in r.rstrip("\\ ").split("&")] for r in lines[top + 1 : top + 4]]
+    assert [r[names.index("samples/s")] for r in rows] == thousands
+    md = str(curve.to_markdown())
+    header = [c.strip() for c in md.splitlines()[2].split("|")[1:-1]]
+    cells = [[c.strip() for c in r.split("|")[1:-1]] for r in md.splitlines()[4:7]]
+    assert [r[header.index("samples/s")] for r in cells] == [f"{t} K" for t in thousands]
+    back = read_csv(curve.to_csv())
+    assert back["samples_per_s"].tolist() == [p.samples_per_s for p in curve.points]
