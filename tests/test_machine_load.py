@@ -8,6 +8,7 @@ CPU work quoted only where it is one thread's."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from modelprof.timing.measurement import (
     CPU_ONE_THREAD_SHARE,
     LOADED_COMPETING_CORES,
     Measurement,
+    load_stretch,
 )
 
 # fields: user nice system idle iowait irq softirq steal guest guest_nice
@@ -271,14 +273,16 @@ def test_a_roofline_probe_beside_other_work_is_loaded_and_says_so():
     )
 
 
-def _waiting(competing: float | None, share: float | None = None) -> Measurement:
+def _waiting(
+    competing: float | None, share: float | None = None, wall_over_cpu: float = 100.0
+) -> Measurement:
     # 40 samples of 10 ms of wall whose calling thread spent 0.1 ms of CPU (wall/CPU 100)
     wall = 10.0 + np.random.default_rng(1).normal(0.0, 0.01, 40)
     blocks = np.repeat(np.arange(8), 5)
     return Measurement(
         wall,
         blocks=blocks,
-        cpu_ms=wall / 100,
+        cpu_ms=wall / wall_over_cpu,
         cpu_clock="thread_time",
         competing_cores=competing,
         cpu_thread_share=share,
@@ -296,13 +300,55 @@ def test_a_caller_that_waits_on_free_cores_is_not_loaded_and_its_cpu_time_is_not
         warnings.simplefilter("error")
         assert not m.warn_if_noisy()
     assert "waited: wall/CPU 100.00 with the cores free" in repr(m)
-    # other work on the cores: load it may be, and the wall/CPU says so too
-    busy = _waiting(0.5)
+    # other work on more than the whole core the call needed: any wall/CPU may be load, and
+    # the wall/CPU says so too
+    busy = _waiting(1.2)
     assert busy.loaded and not busy.waited and "wall/CPU 100.00" in busy.load_reason
-    # the cores not read (off Linux, a short window): wall/CPU alone, as before
+    # the cores not read (off Linux, clock="cpu"): wall/CPU alone, as before
     assert _waiting(None).loaded and not _waiting(None).waited
     # a thread's CPU time that is a tenth of the process's is not the work, loaded or not
-    assert not _waiting(0.5, share=0.1).cpu_holds and _waiting(0.5, share=0.95).cpu_holds
+    assert not _waiting(1.2, share=0.1).cpu_holds and _waiting(1.2, share=0.95).cpu_holds
+
+
+def test_a_wall_beyond_what_the_load_read_can_stretch_waited_and_is_not_load():
+    # a tester's 600 ms sleep on a busy 2-core VM read wall/CPU 5952.57 beside 0.75 cores of
+    # other work and was called loaded, "quote the CPU work, median 100.82 us": 0.75 cores can
+    # stretch a one-thread call's median at most (1 + 0.75) / (1 - 0.75) = 7 times
+    assert load_stretch(0.0) == 1.0 and load_stretch(0.5) == pytest.approx(3.0)
+    assert load_stretch(0.75) == pytest.approx(7.0)
+    assert load_stretch(1.0) == load_stretch(None) == math.inf
+    sleep = _waiting(0.75, wall_over_cpu=5952.57)
+    assert sleep.waited and not sleep.loaded and not sleep.cpu_holds and sleep.load_reason == ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not sleep.warn_if_noisy()  # no LoadedMachineWarning, no CPU work to quote
+    assert (
+        "waited: wall/CPU 5952.57 beyond what other work on 0.75 cores' worth of the cores can "
+        "stretch (at most 7.00)" in repr(sleep)
+    )
+    # what that load can stretch is load: the docs' one thread beside two busy loops (wall/CPU
+    # 1.45, 0.30 cores) and the same 0.75 cores at wall/CPU 5
+    explained = _waiting(0.30, wall_over_cpu=1.45)
+    assert explained.loaded and not explained.waited and "wall/CPU 1.45" in explained.load_reason
+    assert _waiting(0.75, wall_over_cpu=5.0).loaded and _waiting(0.75, wall_over_cpu=5.0).cpu_holds
+    # a probe's roofs are judged alike
+    from modelprof.timing.peaks import Peaks
+
+    probe = Peaks(1e11, 1e10, source="probe", wall_over_cpu=5952.57, competing_cores=0.75)
+    assert not probe.loaded
+
+
+def test_a_sleeping_callable_beside_other_work_waited(monkeypatch, one_thread):
+    # end to end: a 20 ms sleep spends microseconds of CPU (wall/CPU in the hundreds on any
+    # machine) and the cores read 0.75 cores of other work, which can stretch it 7x at most
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: 0.75))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = measure_latency(lambda x: (time.sleep(0.02), x)[1], inputs=torch.ones(1), repeat=4)
+    assert m.competing_cores == 0.75 and m.wall_over_cpu > 7.0
+    assert m.waited and not m.loaded and not m.cpu_holds
+    assert not [w for w in caught if issubclass(w.category, LoadedMachineWarning)]
+    assert "quote the CPU work" not in repr(m) and "waited: wall/CPU" in repr(m)
 
 
 def test_the_thread_clock_reads_the_process_clock_beside_it_for_the_callers_share():

@@ -22,8 +22,9 @@ Conventions, stated once:
   threads spin while one of them waits for a core, so load stretches their CPU time too;
 * ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
   took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed; a wall
-  that high with the cores read free is ``waited`` instead (the caller waited on another
-  thread, a sleep or a device), and its CPU time is not the work's;
+  that high beyond what that other work can stretch (:func:`load_stretch`) is ``waited``
+  instead (the caller waited on another thread, a sleep or a device), and its CPU time is not
+  the work's;
 * ``sm_clock_mhz``: on CUDA, the GPU's SM clock read after each block (``runtime.env``); a clock
   that moved by more than ``CLOCK_MOVED_FRACTION`` between blocks (``clock_moved``) warns once;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
@@ -64,6 +65,7 @@ __all__ = [
     "CPU_ONE_THREAD_SHARE",
     "LOADED_COMPETING_CORES",
     "LOADED_WALL_OVER_CPU",
+    "load_stretch",
     "median_ci_ranks",
 ]
 
@@ -516,6 +518,21 @@ class Measurement:
             )
         return text + f"time again on a quieter machine, or with {self._threads_hint()}"
 
+    def _waited_text(self) -> str:
+        """Why the wall is a wait and not load, in words (``waited``)."""
+        k, ratio = self.competing_cores, f"wall/CPU {self.wall_over_cpu:.2f}"
+        if k is None or k < LOADED_COMPETING_CORES:
+            free = "with the cores free"
+        else:
+            free = (
+                f"beyond what other work on {k:.2f} cores' worth of the cores can stretch (at "
+                f"most {load_stretch(k):.2f})"
+            )
+        return (
+            f"{ratio} {free}: the calling thread waited on other work (another thread, a sleep, "
+            "a device)"
+        )
+
     def _threads_hint(self) -> str:
         """``torch.set_num_threads(k)`` with k the cores the other work left to torch's threads
         (their count less ``competing_cores``, at least 1: one thread's CPU work is not
@@ -653,10 +670,7 @@ class Measurement:
         if self.loaded:
             lines.append(f"  loaded: {self.load_reason}")
         elif self.waited:
-            lines.append(
-                f"  waited: wall/CPU {self.wall_over_cpu:.2f} with the cores free: the calling "
-                "thread waited on other work (another thread, a sleep, a device)"
-            )
+            lines.append(f"  waited: {self._waited_text()}")
         if self.sm_clock_moved is not None:
             c = self.sm_clock_mhz
             lines.append(
@@ -666,25 +680,40 @@ class Measurement:
         return "\n".join(lines)
 
 
+def load_stretch(competing_cores: float | None) -> float:
+    """The most wall/CPU that other work on ``competing_cores`` (k) of the cores a run needed
+    explains for the median sample of a thread that waits for nothing but a core: at worst the
+    other work fell on its core alone, and only while half its samples ran (the median's),
+    which are then stretched by s = 1 / (1 - k_burst) while the other half run alone; over the
+    window that burst averages k = (s - 1) / (s + 1), so s <= (1 + k) / (1 - k) = 1 + 2k / (1 - k)
+    (1 for free cores; 3 for half a core; 7 for 0.75). Unbounded (inf) from a whole core on,
+    and where nothing was read (None): any wall/CPU may then be load."""
+    if competing_cores is None or not competing_cores < 1.0:  # (NaN: not read)
+        return math.inf
+    k = max(0.0, competing_cores)
+    return (1.0 + k) / (1.0 - k)
+
+
 def waited(wall_over_cpu: float | None, competing_cores: float | None) -> bool:
-    """A wall above ``LOADED_WALL_OVER_CPU`` x the CPU time while other work was read on less
-    than ``LOADED_COMPETING_CORES`` of the cores: the work waited on something else (another
-    thread, a sleep, a device), not on a core."""
-    return (
-        competing_cores is not None
-        and competing_cores < LOADED_COMPETING_CORES
-        and wall_over_cpu is not None
-        and wall_over_cpu > LOADED_WALL_OVER_CPU
-    )
+    """A wall above ``LOADED_WALL_OVER_CPU`` x the CPU time and above what the other work read
+    on the cores can stretch it (:func:`load_stretch`: with the cores free, any wall/CPU above
+    ``LOADED_WALL_OVER_CPU``): the work waited on something else (another thread, a sleep, a
+    device), not on a core. A 600 ms sleep read wall/CPU 5952.57 beside 0.75 cores of other
+    work, which can stretch it 7x: it was called loaded, and its 100 us of CPU time quoted."""
+    if wall_over_cpu is None or not wall_over_cpu > LOADED_WALL_OVER_CPU:
+        return False
+    return wall_over_cpu > load_stretch(competing_cores)
 
 
 def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
-    """What showed a loaded machine, in words ("" for none): a wall clock above
-    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio) unless it
-    :func:`waited`; other work on ``LOADED_COMPETING_CORES`` or more of the cores it needed."""
+    """What showed a loaded machine, in words ("" for none, and where the work :func:`waited`:
+    its wall moved with what it waited on, which the load cannot explain): a wall clock above
+    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio); other work on
+    ``LOADED_COMPETING_CORES`` or more of the cores it needed."""
+    if waited(wall_over_cpu, competing_cores):
+        return ""
     why = []
-    wall_high = wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU
-    if wall_high and not waited(wall_over_cpu, competing_cores):
+    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU:
         why.append(wall.format(wall_over_cpu))
     if competing_cores is not None and competing_cores >= LOADED_COMPETING_CORES:
         why.append(f"other work took {competing_cores:.2f} cores' worth of the cores it needed")
