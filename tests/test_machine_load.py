@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import torch
 from fake_clock import hit_and_spared, install
+from helpers import Fn
 
 from modelprof import compare, measure_latencies, measure_latency
 from modelprof.errors import LoadedMachineWarning
@@ -86,15 +87,20 @@ def test_competing_cores_is_other_work_over_wall_time_beyond_the_idle_cores(monk
     assert share.competing_cores == 0.0
 
 
-def test_no_share_off_linux_switched_off_or_from_too_short_a_window(monkeypatch):
+def test_no_share_off_linux_or_switched_off_and_a_short_window_carries_its_ticks(monkeypatch):
     short = MachineShare()
+    short.spare, short.usable, short.tick_ns = 0, 2, 1e7
     readings = iter([(0, 0, 0), (4 * 10**8, 10**8, 4 * 10**8)])  # 0.4 s: 0.75 core of others
     monkeypatch.setattr(short, "_now", lambda: next(readings))
+    assert short.competing_cores is None and short.margin == 0.0  # nothing read yet
     with short:
         pass
-    # under MIN_SHARE_S (0.5 s) the 10 ms ticks of /proc/stat would be most of the figure
+    # under MIN_SHARE_S (0.5 s) the 10 ms ticks of /proc/stat are a margin on the figure (a
+    # throughput point sampled for 0.14 s had none and escaped the load its neighbours read):
+    # a tick on each of the 2 cores over 0.4 s
     assert env.MIN_SHARE_S == 0.5 and short.wall_ns == 4 * 10**8
-    assert short.competing_cores is None
+    assert short.competing_cores == pytest.approx(0.75)
+    assert short.margin == pytest.approx(2 * 1e7 / 4e8)
     off = MachineShare(on=False)  # a device run, or the CPU time as the clock
     assert off._now() is None
     monkeypatch.setattr(env, "_PROC_STAT", "/nonexistent/proc/stat")
@@ -253,6 +259,61 @@ def test_busy_processes_on_every_core_read_as_competing_cores(torch_threads):
     # this process's own CPU time is not counted as other work: the cores' busy time less it
     # (own: its share of the cores over the same run, warm-up in it too) is all others can have
     assert m.competing_cores <= cores - own + 0.25
+
+
+def test_a_short_windows_reading_is_load_beyond_its_ticks_margin():
+    # 0.50 cores read over 0.14 s on 2 cores (a tick each: +-0.14) is load; 0.30 is not
+    # beyond its ticks, but what it can stretch is judged at its most (0.44: 2.57x)
+    m = dataclasses.replace(_measured("thread_time", 0.50), competing_cores_margin=0.14)
+    assert m.loaded and "other work took 0.50 (±0.14 in its ticks) cores' worth" in m.load_reason
+    assert m.to_dict()["competing_cores_margin"] == 0.14
+    assert Measurement.from_dict(m.to_dict()).competing_cores_margin == 0.14
+    low = _waiting(0.30, wall_over_cpu=2.5)  # at most 1.86x from 0.30 cores: waited
+    assert low.waited and not dataclasses.replace(low, competing_cores_margin=0.14).waited
+    assert not dataclasses.replace(
+        _measured("thread_time", 0.30), competing_cores_margin=0.14
+    ).loaded
+    from modelprof.timing.peaks import Peaks
+
+    probe = Peaks(1e11, 1e10, source="probe", wall_over_cpu=1.0, competing_cores=0.30)
+    assert probe.loaded and not dataclasses.replace(probe, competing_cores_margin=0.14).loaded
+
+
+def _other_work(monkeypatch, cores: float) -> None:
+    """``/proc/stat`` as if other work took ``cores`` of the cores torch's threads need: the
+    cores' busy time is this process's CPU time plus that work and the idle cores' worth."""
+    spare = MachineShare().spare
+    monkeypatch.setattr(env, "_PROC_STAT", __file__)  # any file that reads
+    monkeypatch.setattr(
+        env,
+        "busy_ns",
+        lambda *_: int(time.process_time_ns() + (spare + cores) * time.perf_counter_ns()),
+    )
+
+
+def _spin(x):
+    end = time.thread_time_ns() + 1_000_000  # 1 ms of this thread's CPU, no tensor op
+    while time.thread_time_ns() < end:
+        pass
+    return x
+
+
+def test_a_run_sampled_under_half_a_second_still_reads_the_load(monkeypatch, one_thread):
+    # a throughput point sampled for 0.14 s (batch 8: 152 samples, wall/CPU 0.99 on one
+    # thread) had competing_cores None and was not loaded while its neighbours were
+    from modelprof import measure_throughput
+
+    _other_work(monkeypatch, 0.9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = measure_latency(_spin, inputs=torch.ones(1), budget_s=0.2, warmup=1)
+        curve = measure_throughput(Fn(_spin), (1,), max_batch=2, budget_s=0.2, warmup=1)
+    # (2 cores over 0.2 s: a margin of 0.1, far from 0.9 - 0.25)
+    assert m.wall_s < env.MIN_SHARE_S and m.competing_cores == pytest.approx(0.9, abs=0.01)
+    assert 0 < m.competing_cores_margin and m.loaded and "other work took 0.90" in m.load_reason
+    for p in curve.points:
+        assert p.measurement.competing_cores == pytest.approx(0.9, abs=0.01) and p.loaded
+    assert curve.to_dataframe()["latency_rough"].all()
 
 
 def test_a_roofline_probe_beside_other_work_is_loaded_and_says_so():

@@ -42,7 +42,8 @@ _NVSMI_FIELDS = {
 _PROC_STAT = "/proc/stat"
 #: the busy fields of a ``cpuN`` line: user, nice, system, irq, softirq, steal (not idle, iowait)
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
-#: below this much wall time in all, ``/proc/stat``'s ticks (10 ms) say too little: no share
+#: from this much wall time in all, ``/proc/stat``'s ticks (10 ms) are taken as small beside the
+#: figure; a shorter reading carries them as its margin (``MachineShare.margin``)
 MIN_SHARE_S = 0.5
 
 
@@ -66,10 +67,11 @@ class MachineShare:
     In each window (``with share:``, any number of them) the usable cores' busy time in
     ``/proc/stat`` less this process's own CPU time is the other work's; over the wall time it
     is cores' worth, and what of it the cores torch's threads leave idle cannot hold is
-    ``competing_cores``. None where ``/proc/stat`` cannot be read (not Linux) or the windows
-    last under ``MIN_SHARE_S`` in all (its ticks would be most of the figure). The usable
-    cores are the calling thread's affinity, or every core where that holds fewer than torch's
-    threads (an OpenMP binding pins each thread to a core of its own).
+    ``competing_cores``. None where ``/proc/stat`` cannot be read (not Linux) or was not read.
+    Windows under ``MIN_SHARE_S`` in all are read too (a throughput point sampled for 0.14 s
+    escaped the load its neighbours showed), with ``margin``: what the ticks can move the
+    figure by. The usable cores are the calling thread's affinity, or every core where that
+    holds fewer than torch's threads (an OpenMP binding pins each thread to a core of its own).
     """
 
     def __init__(self, on: bool = True) -> None:
@@ -77,10 +79,10 @@ class MachineShare:
         threads = torch.get_num_threads()
         cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.cpus = set(cpus) if cpus and len(cpus) >= threads else None
-        usable = len(self.cpus) if self.cpus else os.cpu_count() or 1
-        self.spare = max(0, usable - threads)
+        self.usable = len(self.cpus) if self.cpus else os.cpu_count() or 1
+        self.spare = max(0, self.usable - threads)
         self.tick_ns = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
-        self.others_ns = self.wall_ns = 0
+        self.others_ns = self.wall_ns = self.windows = 0
         self._from: tuple[int, int, int] | None = None
 
     def _now(self) -> tuple[int, int, int] | None:
@@ -102,13 +104,25 @@ class MachineShare:
         if begin is not None and end is not None:
             self.others_ns += (end[0] - begin[0]) - (end[1] - begin[1])
             self.wall_ns += end[2] - begin[2]
+            self.windows += 1
 
     @property
     def competing_cores(self) -> float | None:
-        """Cores' worth of other work beyond the idle ones, over the windows (>= 0)."""
-        if self.wall_ns < MIN_SHARE_S * 1e9:
+        """Cores' worth of other work beyond the idle ones, over the windows (>= 0; None
+        where no window was read)."""
+        if self.wall_ns <= 0:
             return None
         return max(0.0, self.others_ns / self.wall_ns - self.spare)
+
+    @property
+    def margin(self) -> float:
+        """How far ``/proc/stat``'s ticks can move ``competing_cores`` under ``MIN_SHARE_S``:
+        each usable core's count may be off by a tick at each window's ends, so a tick per core
+        per window over the wall time (2 cores over 0.14 s: 0.14 cores); 0 from
+        ``MIN_SHARE_S`` on (0.04 cores there, for 2: taken as small, as it always was)."""
+        if self.wall_ns <= 0 or self.wall_ns >= MIN_SHARE_S * 1e9:
+            return 0.0
+        return self.usable * self.windows * self.tick_ns / self.wall_ns
 
 
 def jsonable(value: Any, nonfinite: str = "null", where: str | None = None) -> Any:

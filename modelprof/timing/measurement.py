@@ -24,7 +24,8 @@ Conventions, stated once:
   took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed; a wall
   that high beyond what that other work can stretch (:func:`load_stretch`) is ``waited``
   instead (the caller waited on another thread, a sleep or a device), and its CPU time is not
-  the work's;
+  the work's; ``competing_cores_margin``: how far ``/proc/stat``'s ticks can move a reading
+  over a short window (under ``MIN_SHARE_S``), which counts as load only beyond it;
 * ``sm_clock_mhz``: on CUDA, the GPU's SM clock read after each block (``runtime.env``); a clock
   that moved by more than ``CLOCK_MOVED_FRACTION`` between blocks (``clock_moved``) warns once;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
@@ -135,6 +136,7 @@ class Measurement:
     cpu_ms: np.ndarray | None = None
     cpu_clock: str | None = None
     competing_cores: float | None = None
+    competing_cores_margin: float = 0.0
     cpu_thread_share: float | None = None
     sm_clock_mhz: np.ndarray | None = None
     extended_s: float = 0.0
@@ -406,13 +408,14 @@ class Measurement:
     def waited(self) -> bool:
         """The calling thread waited on other work than a core's (:func:`waited`), so the CPU
         time is not the work's, and not load."""
-        return waited(self.wall_over_cpu, self.competing_cores)
+        return waited(self.wall_over_cpu, self.competing_cores, self.competing_cores_margin)
 
     @property
     def load_reason(self) -> str:
         """What showed the load, in words ("" when not ``loaded``)."""
+        wall = "wall/CPU {:.2f}: the work waited for a core"
         return load_reason(
-            self.wall_over_cpu, self.competing_cores, "wall/CPU {:.2f}: the work waited for a core"
+            self.wall_over_cpu, self.competing_cores, wall, self.competing_cores_margin
         )
 
     @functools.cached_property
@@ -520,13 +523,14 @@ class Measurement:
 
     def _waited_text(self) -> str:
         """Why the wall is a wait and not load, in words (``waited``)."""
-        k, ratio = self.competing_cores, f"wall/CPU {self.wall_over_cpu:.2f}"
-        if k is None or k < LOADED_COMPETING_CORES:
+        k, margin = self.competing_cores, self.competing_cores_margin
+        ratio = f"wall/CPU {self.wall_over_cpu:.2f}"
+        if k is None or k + margin < LOADED_COMPETING_CORES:
             free = "with the cores free"
         else:
             free = (
-                f"beyond what other work on {k:.2f} cores' worth of the cores can stretch (at "
-                f"most {load_stretch(k):.2f})"
+                f"beyond what other work on {cores_text(k, margin)} cores' worth of the cores "
+                f"can stretch (at most {load_stretch(k + margin):.2f})"
             )
         return (
             f"{ratio} {free}: the calling thread waited on other work (another thread, a sleep, "
@@ -589,6 +593,8 @@ class Measurement:
         for k in ("competing_cores", "cpu_thread_share"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
+        if self.competing_cores_margin:
+            out["competing_cores_margin"] = self.competing_cores_margin
         if self.cpu is not None or self.competing_cores is not None:
             out["loaded"] = self.loaded
         if self.sm_clock_moved is not None:
@@ -694,30 +700,43 @@ def load_stretch(competing_cores: float | None) -> float:
     return (1.0 + k) / (1.0 - k)
 
 
-def waited(wall_over_cpu: float | None, competing_cores: float | None) -> bool:
+def waited(wall_over_cpu: float | None, competing_cores: float | None, margin: float = 0.0) -> bool:
     """A wall above ``LOADED_WALL_OVER_CPU`` x the CPU time and above what the other work read
     on the cores can stretch it (:func:`load_stretch`: with the cores free, any wall/CPU above
     ``LOADED_WALL_OVER_CPU``): the work waited on something else (another thread, a sleep, a
     device), not on a core. A 600 ms sleep read wall/CPU 5952.57 beside 0.75 cores of other
-    work, which can stretch it 7x: it was called loaded, and its 100 us of CPU time quoted."""
+    work, which can stretch it 7x: it was called loaded, and its 100 us of CPU time quoted.
+    ``margin``: how far the reading's ticks can move it (the most it can be is judged)."""
     if wall_over_cpu is None or not wall_over_cpu > LOADED_WALL_OVER_CPU:
         return False
-    return wall_over_cpu > load_stretch(competing_cores)
+    most = None if competing_cores is None else competing_cores + margin
+    return wall_over_cpu > load_stretch(most)
 
 
-def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
+def load_reason(
+    wall_over_cpu: float | None, competing_cores: float | None, wall: str, margin: float = 0.0
+) -> str:
     """What showed a loaded machine, in words ("" for none, and where the work :func:`waited`:
     its wall moved with what it waited on, which the load cannot explain): a wall clock above
     ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio); other work on
-    ``LOADED_COMPETING_CORES`` or more of the cores it needed."""
-    if waited(wall_over_cpu, competing_cores):
+    ``LOADED_COMPETING_CORES`` or more of the cores it needed, beyond the reading's ``margin``
+    (what a short window's ticks can move it by)."""
+    if waited(wall_over_cpu, competing_cores, margin):
         return ""
     why = []
     if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU:
         why.append(wall.format(wall_over_cpu))
-    if competing_cores is not None and competing_cores >= LOADED_COMPETING_CORES:
-        why.append(f"other work took {competing_cores:.2f} cores' worth of the cores it needed")
+    if competing_cores is not None and competing_cores - margin >= LOADED_COMPETING_CORES:
+        cores = cores_text(competing_cores, margin)
+        why.append(f"other work took {cores} cores' worth of the cores it needed")
     return "; ".join(why)
+
+
+def cores_text(competing_cores: float, margin: float = 0.0) -> str:
+    """``0.75``, or with a short window's margin ``0.50 (±0.14 in its ticks)``."""
+    if not margin:
+        return f"{competing_cores:.2f}"
+    return f"{competing_cores:.2f} (±{margin:.2f} in its ticks)"
 
 
 def load_note(ms: Any) -> str:

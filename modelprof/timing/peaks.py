@@ -99,6 +99,8 @@ class Peaks:
     raised: tuple[str, ...] = ()
     wall_over_cpu: float | None = None
     competing_cores: float | None = None
+    #: how far a short probe's ticks can move ``competing_cores`` (``MachineShare.margin``)
+    competing_cores_margin: float = 0.0
 
     @property
     def loaded(self) -> bool:
@@ -109,7 +111,9 @@ class Peaks:
     def load_reason(self) -> str:
         """What showed that the probe's machine was busy, in words ("" when it was not)."""
         wall = "its wall time was {:.2f}x its CPU time"
-        return load_reason(self.wall_over_cpu, self.competing_cores, wall)
+        return load_reason(
+            self.wall_over_cpu, self.competing_cores, wall, self.competing_cores_margin
+        )
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -608,6 +612,7 @@ def probe_peaks(
         conv_peak_flops=conv,
         wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None,
         competing_cores=machine.competing_cores,
+        competing_cores_margin=machine.margin,
     )
 
 

@@ -210,7 +210,10 @@ class Runner:
                 )
             self.extended_s = sampled.extended_s
         return dataclasses.replace(
-            sampled, competing_cores=share.competing_cores, sm_clock_mhz=read_clocks()
+            sampled,
+            competing_cores=share.competing_cores,
+            competing_cores_margin=share.margin,
+            sm_clock_mhz=read_clocks(),
         )
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
@@ -277,7 +280,12 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
                 blocks, opts.stop, ests, rng, on_round=on_round, on_floor=on_floor
             )
     return [
-        dataclasses.replace(s, competing_cores=share.competing_cores, sm_clock_mhz=read())
+        dataclasses.replace(
+            s,
+            competing_cores=share.competing_cores,
+            competing_cores_margin=share.margin,
+            sm_clock_mhz=read(),
+        )
         for s, read in zip(got, reads, strict=True)
     ]
 

@@ -209,6 +209,8 @@ class Sampled:
     needed_s: float | None = None
     #: on the CPU, what other work took of the cores while these samples were taken
     competing_cores: float | None = None
+    #: and how far a short window's ticks can move that reading (``MachineShare.margin``)
+    competing_cores_margin: float = 0.0
     #: on CUDA, the GPU's SM clock (MHz) read after each block, in the order they were taken
     sm_clock_mhz: np.ndarray | None = None
 
@@ -228,6 +230,7 @@ class Sampled:
             floor_cap_s=self.floor_cap_s,
             needed_s=self.needed_s,
             competing_cores=self.competing_cores,
+            competing_cores_margin=self.competing_cores_margin,
             sm_clock_mhz=self.sm_clock_mhz,
         )
 
