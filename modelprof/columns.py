@@ -237,6 +237,10 @@ _group(
     ("mfu", "MFU", "ratio", {"rough": True}),
     ("hfu", "HFU", "ratio", {"rough": True}),
     ("mbu", "MBU", "ratio", {"rough": True}),
+    # against the peaks of a probe that ran on a busy machine (``utilization.mark_loaded``)
+    ("mfu_rough", "MFU rough", "bool"),
+    ("hfu_rough", "HFU rough", "bool"),
+    ("mbu_rough", "MBU rough", "bool"),
 )
 # torchstat's view (its "params" is the column above)
 _group(

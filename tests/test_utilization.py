@@ -482,6 +482,43 @@ def test_the_table_carries_mfu_and_mbu_beside_latency():
     assert "MFU" in report.to_text(columns=["module", "latency_ms", "mfu", "mbu"])
 
 
+def test_every_mfu_and_mbu_against_a_busy_probe_is_marked_as_its_efficiency_is():
+    # a tester's loaded probe: efficiency ~67.12 % marked, MFU 67.05 % beside it not, though
+    # both divide by the same compute peak that a busy machine read low
+    from modelprof.render.views import is_rough_cell
+
+    busy = Peaks(
+        peak_flops=2.75e9, peak_bytes=1.61e9, source="probe", device="cpu", wall_over_cpu=3.0
+    )
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+    report = modelprof.profile(
+        model, (64,), roofline=busy, repeat=3, warmup=1, budget_s=0.2, warn=False
+    )
+    assert report.peaks.loaded
+    df = report.to_dataframe()
+    timed = df["mfu"].notna().to_numpy()
+    assert timed.any() and df.loc[timed, "mfu_rough"].all() and df.loc[timed, "mbu_rough"].all()
+    # marked by the probe alone (the per-layer times' own roughness aside)
+    rows = df.assign(latency_rough=False)
+    for i in np.flatnonzero(timed):
+        assert all(is_rough_cell(rows, i, name) for name in ("efficiency", "mfu", "mbu"))
+    assert "every efficiency, MFU and MBU judged against them is marked" in report.summary()
+    u = report.utilization(peak="probe")
+    assert u.phases["mfu_rough"].all() and u.rows.loc[timed, "mbu_rough"].all()
+    forward = repr(u.phases).splitlines()[-1]  # the flags are the cells' marks, not columns
+    assert forward.count("~") == 3 and "rough" not in repr(u.phases)
+    assert "run on a busy machine: its roofs read low, every ratio against them marked ~" in (
+        u.describe()
+    )
+    # the same peaks from a quiet probe, or a datasheet's: no flag
+    quiet = dataclasses.replace(busy, wall_over_cpu=1.02)
+    q = modelprof.profile(
+        model, (64,), roofline=quiet, repeat=3, warmup=1, budget_s=0.2, warn=False
+    )
+    assert not {"mfu_rough", "mbu_rough"} & set(q.to_dataframe().columns)
+    assert "mfu_rough" not in q.utilization(peak="probe").phases.columns
+
+
 def test_hf_generation_prefill_halved_decode_never():
     cfg = transformers.GPT2Config(
         n_layer=2,

@@ -212,6 +212,8 @@ class Report(Exports):
                 step = self.training_step is not None
                 for name in ("mfu", "hfu", "mbu") if step else ("mfu", "mbu"):
                     df[name] = rows[name].to_numpy()
+                    if f"{name}_rough" in rows.columns:  # against a loaded probe's peak
+                        df[f"{name}_rough"] = rows[f"{name}_rough"].to_numpy()
         lt = self.layer_timing
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
@@ -980,9 +982,9 @@ def loaded_probe_note(peaks: Any, used: Any = None) -> str:
     return (
         f"note: the roofline probe ran on a busy machine ({peaks.load_reason}): its roofs (compute "
         f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
-        f"{format_rate(peaks.peak_bytes, 'B/s')}) read low{used_text}, and every efficiency "
-        "judged against them is marked (efficiency_loaded); probe again on a quiet machine, or "
-        "pass roofline=lookup_peaks(...)"
+        f"{format_rate(peaks.peak_bytes, 'B/s')}) read low{used_text}, and every efficiency, MFU "
+        "and MBU judged against them is marked (efficiency_loaded, mfu_rough, mbu_rough); probe "
+        "again on a quiet machine, or pass roofline=lookup_peaks(...)"
     )
 
 

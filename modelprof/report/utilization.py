@@ -54,10 +54,12 @@ __all__ = [
     "CAUSAL_CONVENTIONS",
     "FLOPS_CONVENTIONS",
     "Convention",
+    "RATIOS",
     "Utilization",
     "attention_flops",
     "group_mfu",
     "group_utilization",
+    "mark_loaded",
     "recompute_notes",
     "resolve_peaks",
     "utilization",
@@ -79,6 +81,8 @@ registry.declare(
     registry.Column("mbu_generation", "MBU (generation)", "ratio", "utilization"),
 )
 _UNITS = {"bytes": "_bytes"}  # a frame's ``bytes``: read + write bytes, in IEC units
+#: the fractions of a peak; against a probe that ran loaded each has its ``<name>_rough`` flag
+RATIOS = ("mfu", "hfu", "mbu")
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
 _PEAK_NAMES = {"table": "datasheet", "probe": "probe", "user": "given"}
 
@@ -107,7 +111,7 @@ class Convention:
             peak = (
                 f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
                 f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
-                f"{', ' + p.device if p.device else ''}{_raised_words(p)})"
+                f"{', ' + p.device if p.device else ''}{_raised_words(p)}{_loaded_words(p)})"
             )
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
 
@@ -125,9 +129,11 @@ class Utilization:
     #: conventions behind the figures a reader could take otherwise (:func:`recompute_notes`)
     notes: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:  # printed whole and in human units
+    def __post_init__(self) -> None:  # printed whole and in human units, flags as their ~
         for name in ("rows", "phases"):
-            object.__setattr__(self, name, shown(getattr(self, name), units=_UNITS))
+            frame = getattr(self, name)
+            flags = [f"{r}_rough" for r in RATIOS if f"{r}_rough" in frame.columns]
+            object.__setattr__(self, name, shown(frame, units=_UNITS, marks=flags))
 
     @property
     def mfu(self) -> float:
@@ -166,6 +172,13 @@ def _raised_words(p: Peaks) -> str:
         f"; the {', '.join(p.raised)} roof{'s' if len(p.raised) > 1 else ''} raised to what a "
         "layer of this run reached: the probe was disturbed and read low"
     )
+
+
+def _loaded_words(p: Peaks) -> str:
+    """Where the probe ran on a busy machine, that in words: every ratio against it is rough."""
+    if not p.loaded:
+        return ""
+    return "; run on a busy machine: its roofs read low, every ratio against them marked ~"
 
 
 def _ratio_text(value: float, peak: str | None) -> str:
@@ -357,6 +370,19 @@ def _add_ratios(frame: pd.DataFrame, peaks: Peaks | None, bytes_ms: Any = None) 
     frame["hfu"] = _ratio(frame["hardware_flops"], frame["time_ms"], flops_peak)
     bytes_ms = frame["time_ms"] if bytes_ms is None else bytes_ms
     frame["mbu"] = _ratio(frame["bytes"], bytes_ms, bytes_peak)
+    return mark_loaded(frame, peaks)
+
+
+def mark_loaded(frame: pd.DataFrame, peaks: Peaks | None) -> pd.DataFrame:
+    """``frame`` with ``<ratio>_rough`` set on each MFU, HFU and MBU it holds (where measured)
+    when ``peaks`` came from a probe that ran on a busy machine: its roofs read low, so every
+    ratio divided by them reads high, as the efficiency judged against them does
+    (``efficiency_loaded``). Unchanged otherwise."""
+    if peaks is None or not peaks.loaded:
+        return frame
+    for name in RATIOS:
+        if name in frame.columns:
+            frame[f"{name}_rough"] = np.isfinite(frame[name].to_numpy(dtype=float))
     return frame
 
 
@@ -513,4 +539,4 @@ def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
         [(-1, float(frame["model_flops"].sum()), float(frame["time_ms"].max()), whole)],
         columns=frame.columns,
     )
-    return pd.concat([frame, total], ignore_index=True)
+    return mark_loaded(pd.concat([frame, total], ignore_index=True), peaks)
