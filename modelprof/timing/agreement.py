@@ -418,8 +418,8 @@ def judge_backward(
 ) -> TimingAgreement:
     """A training step's instrumented backward (``passes``) against its clean backward: as
     :func:`judge_agreement` (``regimes``: the modes only the clean steps use, a
-    ``torch.compile``'d model's, which explain a disagreement), except that, where the stamps' cost was not taken off
-    (``corrected``), a disagreement (or a difference too noisy to judge) the per-node stamps
+    ``torch.compile``'d model's, which explain a disagreement), except that, where the stamps'
+    cost was not taken off (``corrected``), a disagreement (or a difference too noisy to judge) the per-node stamps
     can explain (the instrumented one slower by at most ``STAMP_BOUND_US`` per node of
     ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
     alarm; and a clean median of n/a is "imprecise", never agreement. Where the two agree,
