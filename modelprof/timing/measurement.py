@@ -513,7 +513,9 @@ class Measurement:
                 "which waiting for a core cannot stretch (the other work can still slow the work "
                 "itself), or time again on a quieter machine"
             )
-        if self.cpu is not None:
+        if self.waited:  # (other work took cores; the caller's own wall is a wait)
+            text += "the caller's CPU work is not the work's (it waited on other work); "
+        elif self.cpu is not None:
             text += (
                 f"the CPU work, {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), is several "
                 "threads', which load stretches too (they spin while one of them waits for a "
@@ -675,7 +677,7 @@ class Measurement:
             )
         if self.loaded:
             lines.append(f"  loaded: {self.load_reason}")
-        elif self.waited:
+        if self.waited:
             lines.append(f"  waited: {self._waited_text()}")
         if self.sm_clock_moved is not None:
             c = self.sm_clock_mhz
@@ -716,15 +718,15 @@ def waited(wall_over_cpu: float | None, competing_cores: float | None, margin: f
 def load_reason(
     wall_over_cpu: float | None, competing_cores: float | None, wall: str, margin: float = 0.0
 ) -> str:
-    """What showed a loaded machine, in words ("" for none, and where the work :func:`waited`:
-    its wall moved with what it waited on, which the load cannot explain): a wall clock above
-    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio); other work on
-    ``LOADED_COMPETING_CORES`` or more of the cores it needed, beyond the reading's ``margin``
-    (what a short window's ticks can move it by)."""
-    if waited(wall_over_cpu, competing_cores, margin):
-        return ""
+    """What showed a loaded machine, in words ("" for none): a wall clock above
+    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio), unless the
+    work :func:`waited` (its wall moved with what it waited on, which the load cannot explain);
+    other work on ``LOADED_COMPETING_CORES`` or more of the cores it needed, beyond the
+    reading's ``margin`` (what a short window's ticks can move it by), waited or not: work
+    another thread does for the caller is slowed by it all the same."""
     why = []
-    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU:
+    stretched = wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU
+    if stretched and not waited(wall_over_cpu, competing_cores, margin):
         why.append(wall.format(wall_over_cpu))
     if competing_cores is not None and competing_cores - margin >= LOADED_COMPETING_CORES:
         cores = cores_text(competing_cores, margin)
