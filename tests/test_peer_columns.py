@@ -70,6 +70,14 @@ def test_memory_estimate_counts_the_input_once() -> None:
     assert est.loc["inputs", "inference"] == mib
     assert est.loc["activations", "inference"] == mib  # the output alone
     assert est.loc["total", "inference"] == 3 * mib
+    # a stack of same-shape layers: the second Linear reads ReLU's output while the caller still
+    # holds the input; live then: weights 2 + input 1 + ReLU's output 1 + its output 1 = 5 MiB
+    stack = nn.Sequential(
+        nn.Linear(512, 512, bias=False), nn.ReLU(), nn.Linear(512, 512, bias=False)
+    )
+    est = profile(stack, (512,), batch_size=512, timing=False).memory_estimate()
+    assert est.loc["activations", "inference"] == 2 * mib
+    assert est.loc["total", "inference"] == 5 * mib
 
 
 def test_memory_estimate_of_a_profiled_training_step() -> None:

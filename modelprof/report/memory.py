@@ -2,9 +2,9 @@
 the static pass saw (torchinfo's "estimated total size", itemised).
 
 Inference: parameters + buffers + inputs + the activations, taken as the largest working set of
-one leaf call (its inputs and outputs) beyond the model's inputs, which their own row holds (a
-leaf fed tensors of the model's input shapes is taken to read them): a lower bound of the true
-peak. A training step adds the
+one leaf call (its inputs and outputs) beyond the model's inputs, which their own row holds
+(the first leaf fed tensors of the model's input shapes is taken to read them): a lower bound of
+the true peak. A training step adds the
 gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
 tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
 for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
@@ -73,16 +73,18 @@ def memory_facts(
 
 
 def _beyond_inputs(records: Sequence[Any], leaves: Sequence[Any], input_bytes: int) -> int:
-    """The largest leaf working set (inputs + outputs) less the model's inputs where the leaf
-    is fed tensors of the model's input shapes (the first layer, or the model itself when it is
-    one leaf): those bytes are the inputs row's, and counting them twice overstated the
-    bound."""
+    """The largest leaf working set (inputs + outputs), the model's inputs left out of the
+    first leaf call fed tensors of their shapes (the first layer, or the model itself when it
+    is one leaf): those bytes are the inputs row's, and counting them twice overstated the
+    bound. Later calls of those shapes (a stack of same-shape layers) read other tensors while
+    the caller still holds the inputs: theirs count whole."""
     root = next((r for r in records if r.parent is None), None)
     shapes = None if root is None else root.input_shapes
+    first = next((r for r in leaves if shapes is not None and r.input_shapes == shapes), None)
 
     def beyond(r: Any) -> int:
-        reads_inputs = shapes is not None and r.input_shapes == shapes
-        return r.input_bytes + r.output_bytes - (min(r.input_bytes, input_bytes) * reads_inputs)
+        held = min(r.input_bytes, input_bytes) if r is first else 0
+        return r.input_bytes + r.output_bytes - held
 
     return max(map(beyond, leaves), default=0)
 
