@@ -304,12 +304,15 @@ def test_a_run_sampled_under_half_a_second_still_reads_the_load(monkeypatch, one
     from modelprof import measure_throughput
 
     _other_work(monkeypatch, 0.9)
+    # every window counts as short, however long a loaded VM stretches these runs (no
+    # duration asserted): the ticks' margin is then read (2 cores over 0.2 s: 0.1, far from
+    # 0.9 - 0.25; it stays below 0.65 for any window above 0.03 s)
+    monkeypatch.setattr(env, "MIN_SHARE_S", 3600.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = measure_latency(_spin, inputs=torch.ones(1), budget_s=0.2, warmup=1)
         curve = measure_throughput(Fn(_spin), (1,), max_batch=2, budget_s=0.2, warmup=1)
-    # (2 cores over 0.2 s: a margin of 0.1, far from 0.9 - 0.25)
-    assert m.wall_s < env.MIN_SHARE_S and m.competing_cores == pytest.approx(0.9, abs=0.01)
+    assert m.competing_cores == pytest.approx(0.9, abs=0.01)
     assert 0 < m.competing_cores_margin and m.loaded and "other work took 0.90" in m.load_reason
     for p in curve.points:
         assert p.measurement.competing_cores == pytest.approx(0.9, abs=0.01) and p.loaded
