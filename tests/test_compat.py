@@ -645,6 +645,9 @@ def test_a_module_compiled_in_place_its_copy_compiled_alike_and_its_eager_calls(
 
     model = nn.Linear(3, 2)
     assert not compat.compiled_in_place(model) and not compat.compiled_in_place(print)
+    off = nn.Linear(3, 2)
+    off.compile(disable=True)  # its call is its own bound _call_impl: eager, not compiled
+    assert not compat.compiled_in_place(off)
     model.compile(backend="eager")
     assert compat.compiled_in_place(model)
     compiled_call = model._compiled_call_impl

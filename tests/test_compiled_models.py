@@ -180,3 +180,14 @@ def test_a_compiled_child_is_profiled_through_its_eager_modules(how: str, recwar
     assert not [w for w in recwarn if "global hooks" in str(w.message)]
     assert model.body is body
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_a_model_compiled_with_disable_runs_and_copies_as_the_eager_one() -> None:
+    # compile(disable=True) leaves the module's own bound _call_impl as its compiled call: it
+    # runs eager, so the training step's copy needs no compiling (it refused, "cannot compile
+    # a copy"), and no note calls it compiled
+    model = _mlp()
+    model.compile(disable=True)
+    r = profile(model, (8,), backward=True, **FAST)  # the timed steps run on a copy
+    assert r.totals["macs"] == profile(_mlp(), (8,), timing=False).totals["macs"]
+    assert not any("compiled" in note for note in r.timing_notes)

@@ -475,10 +475,14 @@ def compiled_like(compiled: torch.nn.Module, module: torch.nn.Module) -> torch.n
 def compiled_in_place(module: Any) -> bool:
     """Whether ``module.compile()`` compiled ``module``'s call in place (its
     ``_compiled_call_impl``, which ``Module.__call__`` runs instead of ``_call_impl``, hooks
-    included). Checked on torch 2.4-2.14."""
-    return isinstance(module, torch.nn.Module) and (
-        module.__dict__.get("_compiled_call_impl") is not None
-    )
+    included, a dynamo wrapper: ``_torchdynamo_orig_callable``; not with ``disable=True``).
+    Checked on torch 2.4-2.14."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    impl = module.__dict__.get("_compiled_call_impl")
+    # dynamo's wrapper keeps what it wraps; ``compile(disable=True)`` leaves the bound
+    # ``_call_impl`` itself, which runs eager
+    return impl is not None and hasattr(impl, "_torchdynamo_orig_callable")
 
 
 def compile_in_place_like(compiled: torch.nn.Module, module: torch.nn.Module) -> None:
