@@ -357,3 +357,18 @@ def test_a_nested_input_has_no_names():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert input_names(torch.export.export(Pair(), ((one, one),))) is None
+
+
+@pytest.mark.parametrize("option", [{"dtype": torch.float64}, {"backward": True}])
+def test_compare_converts_and_trains_a_copy_of_a_program_it_profiled(option):
+    # profile unflattens the program first, after which its module() cannot be deep-copied
+    # (FakeTensors): the module-by-module copy must keep the graph's forward
+    from modelprof import compare
+
+    x, program = _flat_program()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile(program, x, timing=False)
+        table = compare({"ep": program}, (8,), batch_size=2, budget_s=0.1, **option)
+    assert "error" not in table or table["error"].isna().all()
+    assert table.loc["ep", "latency_n"] > 0

@@ -180,7 +180,14 @@ def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Modul
         m = todo.pop()
         if id(m) in modules:
             continue
-        new = m.__class__.__new__(m.__class__)
+        # a GraphModule's __new__ makes a class without its forward (that lives on the class
+        # each instance gets): the copy keeps the original's class
+        make = object.__new__ if isinstance(m, torch.fx.GraphModule) else m.__class__.__new__
+        new = make(m.__class__)
+        if type(new).forward is not type(m).forward:
+            raise ModelProfError(
+                f"a module-by-module copy of {type(m).__name__} would have no forward of its own"
+            )
         state = dict(m.__dict__)
         for key in MODULE_REGISTRIES:
             if key in state:
