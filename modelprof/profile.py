@@ -217,6 +217,8 @@ def _timed_passes(
         if step_timing is not None:
             regimes = _regimes(model, spec.opts)
             timed.notes.extend(_compiled_step_note(model))
+            if clean is not model:  # its layers: the per-layer backward passes need them
+                timed.notes.append(_UNFLATTENED_STEP_NOTE)
             training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts, regimes)
     return join_rows(rows, columns, step_rows), timed, training_step
 
@@ -727,6 +729,11 @@ _UNFLATTENED_NOTE = (
     "module per layer, which can run slower than the flat graph); the clean end-to-end runs "
     "(latency, throughput) timed the flat graph as passed (an ExportedProgram's module()), "
     "so the per-layer rows and their sum may differ from the end-to-end latency"
+)
+_UNFLATTENED_STEP_NOTE = (
+    "the timed training steps (the step's phases and the backward rows) ran the exported "
+    "program unflattened, as the per-layer passes did, not the flat graph passed: the step's "
+    "forward phase may differ from the forward latency of the flat graph"
 )
 
 

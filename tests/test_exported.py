@@ -372,3 +372,13 @@ def test_compare_converts_and_trains_a_copy_of_a_program_it_profiled(option):
         table = compare({"ep": program}, (8,), batch_size=2, budget_s=0.1, **option)
     assert "error" not in table or table["error"].isna().all()
     assert table.loc["ep", "latency_n"] > 0
+
+
+def test_a_programs_training_step_says_it_ran_unflattened():
+    # the step's instrumented passes need the layers: the timed steps run the unflattened
+    # program, not the flat graph the forward's clean runs time, and the notes say so
+    x, program = _flat_program()
+    notes = _timed(program, x, backward=True).timing_notes
+    assert any(
+        "timed training steps" in n and "ran the exported program unflattened" in n for n in notes
+    )
