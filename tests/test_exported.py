@@ -382,3 +382,19 @@ def test_a_programs_training_step_says_it_ran_unflattened():
     assert any(
         "timed training steps" in n and "ran the exported program unflattened" in n for n in notes
     )
+
+
+def test_a_non_tensor_input_has_no_names():
+    # an int or a None input is its value in the program's user inputs, not a placeholder
+    from modelprof.runtime.exported import input_names
+
+    class Scaled(nn.Module):
+        def forward(self, x, n: int, y, mask=None):
+            return x * n + y if mask is None else (x + y) * mask
+
+    one = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with_int = torch.export.export(Scaled(), (one, 3, one))
+        with_none = torch.export.export(Scaled(), (one, 3, one), {"mask": None})
+    assert input_names(with_int) is None and input_names(with_none) is None

@@ -30,7 +30,8 @@ def runnable(model: Any) -> Any:
 def input_names(program: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The names of a program's positional inputs, in order, and of its keyword inputs (the
     forward's names, as its placeholders keep them); None where an input is a nested structure
-    (a list, a dict of tensors) or the program's call spec cannot be read."""
+    (a list, a dict of tensors), is not a tensor (an int, None: the program holds its value) or
+    the program's call spec cannot be read."""
     layout = compat.call_layout(program)
     if layout is None:
         return None
@@ -38,6 +39,14 @@ def input_names(program: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     names = list(program.graph_signature.user_inputs)
     leaves = [*positional, *(n for _, n in keywords)]
     if any(n != 1 for n in leaves) or len(names) != len(leaves):
+        return None
+    # a non-tensor input is its value (3, None, a str) in user_inputs, no placeholder's name
+    tensors = {
+        n.name
+        for n in program.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    if not all(isinstance(n, str) and n in tensors for n in names):
         return None
     return tuple(names[: len(positional)]), tuple(k for k, _ in keywords)
 
