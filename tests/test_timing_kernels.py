@@ -221,6 +221,10 @@ def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(mo
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
     monkeypatch.setattr(torch.cuda, "device", lambda device=None: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # the variants give back the device's random state too (measure_latencies): a fake one
+    rng: list = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.zeros(1))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: rng.append(1))
     monkeypatch.setattr(
         runner_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
     )
@@ -229,6 +233,7 @@ def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(mo
         Slow(), mi, RunMode(), TimingOptions.parse(repeat=12, warmup=1, warn=False)
     )
     assert set(result.measurements) == {"eager", "cuda_graph"}
+    assert rng  # the device's random state was put back
     for m in result.measurements.values():  # on the device's clock, at the inputs' batch
         # "cuda" here, "cuda:0" where a real GPU makes its device current
         assert m.env["mode"]["clock"] == "cuda_event" and m.batch_size == 3
