@@ -14,6 +14,7 @@ from torch import nn
 from modelprof import token_inputs
 from modelprof.cli import main, parse_input_arg
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.inputs import vocab_size
 
 pytest.importorskip("transformers")
@@ -246,7 +247,11 @@ def test_tokens_count_a_llama_built_on_meta(lm: Path, capsys: pytest.CaptureFixt
     # --device meta builds the model on meta and the token ids there; a meta attention_mask has
     # no values for transformers' mask code to read (Tensor.item() on meta), so none is built
     argv = ["profile", f"{lm}:llama", "--tokens", "16", "--batch-size", "2", "--no-timing"]
-    assert main([*argv, "--device", "meta"]) == 0
+    if main([*argv, "--device", "meta"]) != 0:  # the one way it may fail: transformers 4.46's
+        # rotary embedding enters autocast on meta, which torch 2.4 and 2.6 cannot
+        said = capsys.readouterr().err
+        assert not compat.meta_autocast() and "cannot enter torch.autocast on the meta" in said
+        return
     on_meta = capsys.readouterr().out
     assert "on input 2x16 (" in on_meta  # the ids alone
     assert main(argv) == 0  # on the CPU: the same MACs (its all-ones mask's ops add FLOPs)
