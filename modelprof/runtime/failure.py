@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
@@ -37,15 +37,17 @@ def running_modules(
 
 
 @contextlib.contextmanager
-def refused_as(what: str) -> Iterator[None]:
-    """Re-raise an exception from the block as a ``ModelProfError`` saying ``what`` failed,
-    then the error's type and message; a ``ModelProfError`` passes through as it is."""
+def refused_as(what: str, where: Callable[[Exception], str] | None = None) -> Iterator[None]:
+    """Re-raise an exception from the block as a ``ModelProfError`` saying ``what`` failed
+    (and ``where(error)`` after it, where given), then the error's type and message; a
+    ``ModelProfError`` passes through as it is."""
     try:
         yield
     except ModelProfError:
         raise
     except Exception as e:
-        raise ModelProfError(f"{what}: {type(e).__name__}: {e}") from e
+        place = "" if where is None else where(e)
+        raise ModelProfError(f"{what}{place}: {type(e).__name__}: {e}") from e
 
 
 def _path(running: list[str]) -> str:

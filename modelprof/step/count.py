@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -477,16 +478,9 @@ def _backward_costs(
     recompute = [PassCost() for _ in records]
     scope = BackwardScope(tags, costs, loss_backward, recompute)
     counter = OpCounter(scope, registry)
-    try:
-        with hooks, counter:
-            torch.autograd.backward(loss)
-    except ModelProfError:
-        raise
-    except Exception as e:
-        where = _failed_in(e, scope, records)
-        raise ModelProfError(
-            f"the backward pass of {what} failed{where}: {type(e).__name__}: {e}"
-        ) from e
+    failed_in = functools.partial(_failed_in, scope=scope, records=records)
+    with refused_as(f"the backward pass of {what} failed", failed_in), hooks, counter:
+        torch.autograd.backward(loss)
     for cost, again in zip(costs, recompute):
         add_pass(cost, again)
     return tags, costs, recompute, counter
