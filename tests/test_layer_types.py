@@ -55,6 +55,23 @@ def test_module_class_first_then_ops() -> None:
     assert layer_type("Attention", {"scaled_dot_product_attention.default": 1}) == "attention"
 
 
+class _ZerosThenCat(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.fc(x), torch.zeros(2, 4)])
+
+
+def test_allocations_are_passed_over_with_their_namespace() -> None:
+    # a profile's op names carry the namespace ("aten.zeros.default"): the (self) row's
+    # zeros only allocates, so its concat types it as data movement, not "other"
+    table = profile(_ZerosThenCat(), (4,), batch_size=2, timing=False).by_layer_type()
+    assert set(table.index) == {"linear", "data movement"}
+    assert layer_type("M", {"aten.empty.memory_format": 0}, is_self=True) == "other"
+
+
 class Block(nn.Module):
     """Attention written by hand with SDPA, a residual add and a concat in its own forward."""
 

@@ -114,10 +114,15 @@ _FACTORIES = _names(
 )
 
 
+def _base(op: str) -> str:
+    """``"zeros"`` of ``"aten.zeros.default"``, ``"zeros.default"`` or ``"zeros"``."""
+    return op.removeprefix("aten.").split(".")[0]
+
+
 def op_layer_type(op: str) -> str:
     """The layer type of one aten op (``"aten.relu_.default"``, ``"relu_.default"``, ``"relu_"``):
     the tables above, then the op's ``pointwise`` tag (``elementwise``), else ``other``."""
-    base = op.removeprefix("aten.").split(".")[0]
+    base = _base(op)
     if base in _OP_TYPES:
         return _OP_TYPES[base]
     packet = getattr(torch.ops.aten, base, None)
@@ -145,7 +150,7 @@ _CONTRACTIONS = frozenset({"conv", "linear", "matmul", "attention", "recurrent"}
 def _composite_type(ops: Mapping[str, int]) -> str | None:
     """``norm`` or ``activation`` for a row whose ops compose one (see the module docstring),
     else None."""
-    bases = {op.removeprefix("aten.").split(".")[0] for op in ops} - _CASTS
+    bases = {_base(op) for op in ops} - _CASTS
     kinds = {op_layer_type(b) for b in bases}
     if kinds & _CONTRACTIONS:
         return None
@@ -164,7 +169,7 @@ def layer_type(module_type: str, ops: Mapping[str, int], *, is_self: bool = Fals
         return _MODULE_TYPES[module_type]
     if is_self and module_type == "MultiheadAttention":
         return "attention"  # its own ops are the attention itself (in-projection, softmax, bmm)
-    doing = {op: f for op, f in ops.items() if op.split(".")[0] not in _FACTORIES}
+    doing = {op: f for op, f in ops.items() if _base(op) not in _FACTORIES}
     if not doing:
         return "other"
     composite = _composite_type(doing)
