@@ -703,13 +703,9 @@ class _Context:
 
     def mode_options(self) -> dict[str, Any]:
         """The timing modes profile's and compare's flags set (none: the defaults)."""
-        a, out = self.args, {}
-        for flag, key in (("clock", "clock"), ("per_layer", "per_layer")):
-            if getattr(a, flag, None) is not None:
-                out[key] = getattr(a, flag)
-        for flag in ("channels_last", "compile"):
-            if getattr(a, flag, False):
-                out[flag] = True
+        a = self.args
+        out = {k: getattr(a, k) for k in ("clock", "per_layer") if getattr(a, k, None) is not None}
+        out.update((k, True) for k in ("channels_last", "compile") if getattr(a, k, False))
         if getattr(a, "no_correct_overhead", False):
             out["correct_overhead"] = False
         return out
@@ -733,16 +729,13 @@ class _Context:
         }
 
 
-#: The formats that need an optional package, and the package.
-_FORMAT_NEEDS = {**{f.suffix: f.needs for f in table_formats() if f.needs}, "png": "matplotlib"}
-
-
 def _check_writers(formats: Sequence[str]) -> None:
     """Refuse a format whose package is missing before anything is profiled or written."""
     import importlib.util
 
+    needs = {**{f.suffix: f.needs for f in table_formats() if f.needs}, "png": "matplotlib"}
     for fmt in formats:
-        package = _FORMAT_NEEDS.get(fmt)
+        package = needs.get(fmt)
         if package is not None and importlib.util.find_spec(package) is None:
             raise needs_package(f"--format {fmt}", package)
 
@@ -803,9 +796,8 @@ def _run_profile(ctx: _Context) -> None:
     except ModelProfError as e:
         raise _cli_batch_hint(e, ctx) from e.__cause__
     report.model_name = name  # the name asked for (resnet50), not the class (ResNet)
-    view: dict[str, Any] = {"style": args.style}
-    if args.depth is not None:
-        view["depth"] = args.depth
+    depth = {} if args.depth is None else {"depth": args.depth}
+    view: dict[str, Any] = {"style": args.style, **depth}
     shown = dict(view) if columns is None else {**view, "columns": columns}  # human formats'
     print(report.to_text(**shown), file=ctx.stdout)
     print(f"\n{report.summary()}", file=ctx.stdout)
@@ -813,7 +805,6 @@ def _run_profile(ctx: _Context) -> None:
         return
     # cost always; time and roofline when measured, as report.export("png", path) writes them
     figures = [(f"{name}_{figure}", draw) for figure, draw in report.figures()]
-    depth = {} if args.depth is None else {"depth": args.depth}
     ctx.write_formats(  # json: the whole report, independent of the table's style, at --depth
         name if args.style == "modelprof" else f"{name}_torchstat",
         lambda f, p: (
@@ -936,9 +927,7 @@ def _run_compare(ctx: _Context) -> None:
         on_step=ctx.step_lines(str),
         **ctx.run_options(named),
     )
-    env = df.attrs.get("env") or {}
-    caption = compare_caption(df.attrs)
-    print(f"# comparison ({caption})\n", file=ctx.stdout)
+    print(f"# comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False), file=ctx.stdout)  # captioned here
     for name, spec in zip(models, args.models):  # a row named otherwise than its MODEL
         if name != spec:
@@ -946,6 +935,7 @@ def _run_compare(ctx: _Context) -> None:
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table
+        env = df.attrs.get("env") or {}
         figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
         ctx.write_formats("comparison", df.render.export, [figure])
 
