@@ -855,20 +855,16 @@ def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:
 def _rebatched(inputs: Any, batch: int) -> Any:
     """``inputs`` at ``batch``: the rows of each tensor whose first dimension is the first
     tensor's (the batch they were recorded at) repeated in turn, or cut, to ``batch``."""
-    import torch
-
     from modelprof.runtime.tensors import iter_tensors, map_tensors
+    from modelprof.step.throughput import batch_rows
 
     first = next((t for t in iter_tensors(inputs) if t.dim() > 0), None)
     if first is None:
         return inputs
     recorded = first.shape[0]
-    rows = torch.arange(batch) % max(recorded, 1)
-
-    def rebatch(t: torch.Tensor) -> torch.Tensor:
-        return t[rows.to(t.device)] if t.dim() > 0 and t.shape[0] == recorded else t
-
-    return map_tensors(inputs, rebatch)
+    return map_tensors(
+        inputs, lambda t: batch_rows(t, batch) if t.dim() > 0 and t.shape[0] == recorded else t
+    )
 
 
 def _as_program_takes(loaded: Any, named: Any) -> Any:
@@ -947,6 +943,8 @@ def _run_throughput(ctx: _Context) -> None:
     from modelprof.render import to_markdown
     from modelprof.render.options import ViewOptions
     from modelprof.report.plots import plot_throughput
+    from modelprof.step.spec import StepSpec
+    from modelprof.step.throughput import step_measure
     from modelprof.timing import measure_throughput
 
     args = ctx.args
@@ -965,7 +963,11 @@ def _run_throughput(ctx: _Context) -> None:
             on_point=ctx.step_lines(
                 lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
             ),
-            measure=_step_measure(args, size, ctx.tokens),
+            measure=(
+                step_measure(size, StepSpec.parse(optimizer=args.optimizer), tokens=ctx.tokens)
+                if args.backward
+                else None
+            ),
             **options,
         )
         best, curve = result.best, result.to_dataframe()
@@ -993,16 +995,6 @@ def _run_throughput(ctx: _Context) -> None:
                 lambda f, p: result.export(f, p, view=named),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )
-
-
-def _step_measure(args: argparse.Namespace, size: Any, tokens: int | None) -> Any:
-    """``throughput --backward``: each point times whole training steps (None: the forward)."""
-    from modelprof.step.spec import StepSpec
-    from modelprof.step.throughput import step_measure
-
-    if not args.backward:
-        return None
-    return step_measure(size, StepSpec.parse(optimizer=args.optimizer), tokens=tokens)
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
