@@ -771,6 +771,7 @@ def _shape_text(size: Any) -> str:
 
 def _run_profile(ctx: _Context) -> None:
     from modelprof.profile import profile
+    from modelprof.runtime.exported import arranged
 
     args = ctx.args
     if args.depth is not None and args.depth < 0:
@@ -779,7 +780,9 @@ def _run_profile(ctx: _Context) -> None:
     loaded = ctx.load_spec(args.model)
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
-    named = _as_program_takes(loaded, ctx.named_inputs([model]))
+    named = ctx.named_inputs([model])
+    if isinstance(named, dict) and loaded.input_names is not None:  # a .pt2 takes no other layout
+        named = arranged(loaded.input_names, named, "--input")  # (args, kwargs) by its signature
     given = {"inputs": named} if named is not None else _recorded_inputs(ctx, loaded)
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
@@ -865,16 +868,6 @@ def _rebatched(inputs: Any, batch: int) -> Any:
     return map_tensors(
         inputs, lambda t: batch_rows(t, batch) if t.dim() > 0 and t.shape[0] == recorded else t
     )
-
-
-def _as_program_takes(loaded: Any, named: Any) -> Any:
-    """Inputs given by name (``--input``, ``--tokens``) as a .pt2's program takes them:
-    ``(args, kwargs)`` by its signature (it takes no other layout); others as they are."""
-    if not isinstance(named, dict) or loaded.input_names is None:
-        return named
-    from modelprof.runtime.exported import arranged
-
-    return arranged(loaded.input_names, named, "--input")
 
 
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
