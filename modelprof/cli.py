@@ -944,6 +944,7 @@ def _run_throughput(ctx: _Context) -> None:
     options = _throughput_options(ctx)
     if args.optimizer is not None and not args.backward:  # before any model is built
         raise ModelProfError("--optimizer needs --backward (it times a training step)")
+    steps = " (whole training steps)" if args.backward else ""
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(
@@ -967,8 +968,7 @@ def _run_throughput(ctx: _Context) -> None:
         print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
         print(
-            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}"
-            f"{' (whole training steps)' if args.backward else ''}; "
+            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}{steps}; "
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )
@@ -977,8 +977,7 @@ def _run_throughput(ctx: _Context) -> None:
             print(f"!! {note}\n", file=ctx.stdout)
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
             stem = f"{name}_throughput"
-            caption = f"{name} throughput, input {ctx.input_text(size)}"  # what a sample is
-            caption += " (whole training steps)" if args.backward else ""
+            caption = f"{name} throughput, input {ctx.input_text(size)}{steps}"  # what a sample is
             if result.timing_notes:
                 caption += "; timed on a loaded or changing machine (see the notes)"
             # (each format reads its own of these; the result adds what ~ marks)
