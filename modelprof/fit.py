@@ -713,11 +713,10 @@ def _deepspeed_terms(model: nn.Module, spec: _Spec, shapes: list) -> tuple[int, 
     gradient partition at ZeRO-2 and 3 (``2Ψ + 18Ψ/N`` against the paper's ``2Ψ + 14Ψ/N``),
     and at ZeRO-3 the largest module's own parameters gathered whole (16-bit weights and
     gradients: 4 bytes each, / tp)."""
-    shard = sum(math.prod(_shard(s, spec.ranks)) for s in shapes)
     largest = max(
         (sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0
     )
-    return 4 * shard, -(-4 * largest // spec.tp)
+    return 4 * _elements(shapes, spec.ranks), -(-4 * largest // spec.tp)
 
 
 def _layer_saved(rows: list) -> list[int]:
@@ -855,13 +854,11 @@ def _tp_shape(
     if fused is not None:
         dim, rows = fused
         return (*s[:dim], rows, *s[dim + 1 :])
-    transposed = type(module).__name__ == "Conv1D" and len(s) == 2  # GPT-2's [in, out]
-    if _row_parallel(name):
-        if pname == "bias":
-            return s
-        if isinstance(module, nn.Linear) and len(s) == 2:
-            return (s[0], -(-s[1] // tp))
-    elif transposed:  # a column-parallel Conv1D (c_fc) splits its output, dim 1
+    row = _row_parallel(name)
+    if row and pname == "bias":
+        return s
+    conv1d = type(module).__name__ == "Conv1D"  # GPT-2's [in, out]
+    if len(s) == 2 and (isinstance(module, nn.Linear) if row else conv1d):
         return (s[0], -(-s[1] // tp))
     return _shard(s, tp)
 
@@ -870,6 +867,11 @@ def _shard(s: tuple[int, ...], n: int) -> tuple[int, ...]:
     """Rank 0's part of shape ``s`` split along dim 0 over ``n`` ranks: ceil(dim 0 / n) rows,
     as FSDP2 and a tensor-parallel plan split it."""
     return (-(-s[0] // n), *s[1:]) if s else s
+
+
+def _elements(shapes: list, n: int = 1) -> int:
+    """The elements of rank 0's parts of ``shapes`` split over ``n`` ranks (:func:`_shard`)."""
+    return sum(math.prod(_shard(s, n)) for s in shapes)
 
 
 def _row_parallel(name: str) -> bool:
@@ -885,7 +887,6 @@ def _row_parallel(name: str) -> bool:
 def _inference(
     model: nn.Module, config: Any, spec: _Spec, shapes: list, counts: dict[str, Any]
 ) -> dict[str, int]:
-    elements = sum(math.prod(s) for s in shapes)
     kv = 0
     if config is not None and _caches(model):
         kv = closed_form_kv_bytes(config, spec.dtype, spec.context, spec.batch_size) or 0
@@ -896,7 +897,7 @@ def _inference(
         # a recurrent (SSM) state: per sequence, any context; its channels split over tp
         kv += -(-counts["state"] * spec.batch_size // spec.tp)
     return {
-        "weights": elements * spec.dtype.itemsize + -(-counts["stored"] // spec.tp),
+        "weights": _elements(shapes) * spec.dtype.itemsize + -(-counts["stored"] // spec.tp),
         "kv_cache": kv,
         "activation": counts["activation"],
     }
@@ -966,7 +967,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     trained = counts["trained"]
 
     def per_rank(of: list, sharded: bool, size: int) -> int:
-        return size * sum(math.prod(_shard(s, spec.ranks if sharded else 1)) for s in of)
+        return size * _elements(of, spec.ranks if sharded else 1)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
