@@ -173,27 +173,22 @@ def run_config(
     """One row: ``measure`` on one configuration, with who ran it, when and how long."""
     ranks = ranks or SweepRanks()
     device = _device(config, ranks)
-    with _device_lock(device) if config.timing else contextlib.nullcontext():
-        return _run(config, measure, device, ranks)
-
-
-def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) -> dict[str, Any]:
     row: dict[str, Any] = {**{k: getattr(config, k) for k in _CONFIG_COLUMNS}, "device": device}
     if config.options:
         row["options"] = repr(dict(config.options))
-    row["start_time"], start = time.time(), time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            got = dict(measure(config, device))
-            # a measure may say its row differs from a real device's, and why
-            status, error = got.pop("status", "ok"), got.pop("error", "")
-            row.update(got)
-            row.update(status=status, error=error)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the sweep goes on
-            row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
-    row["warnings"] = "; ".join(dict.fromkeys(str(w.message) for w in caught))[:2000]
-    row.update(rank=ranks.rank, host=ranks.host, wall_s=time.perf_counter() - start)
+    with _device_lock(device) if config.timing else contextlib.nullcontext():
+        row["start_time"], start = time.time(), time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                got = dict(measure(config, device))
+                # a measure may say its row differs from a real device's, and why
+                status, error = got.pop("status", "ok"), got.pop("error", "")
+                row.update(got, status=status, error=error)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the sweep goes on
+                row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
+        row["warnings"] = "; ".join(dict.fromkeys(str(w.message) for w in caught))[:2000]
+        row.update(rank=ranks.rank, host=ranks.host, wall_s=time.perf_counter() - start)
     return row
 
 
