@@ -115,8 +115,7 @@ def profile_sharded(
                 input_size,
                 inputs=inputs,
                 device=run_device,
-                timing=False,
-                **{k: v for k, v in profile_options.items() if k != "timing"},
+                **{**profile_options, "timing": False},
             )
     finally:
         dist.destroy_process_group()
