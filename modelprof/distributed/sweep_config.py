@@ -185,21 +185,10 @@ def _expand(
             f"mode runs; modes are {axes['mode']}: add 'backward' or drop options.{step[0]}"
         )
     forward = tuple((k, v) for k, v in options if k not in STEP_OPTIONS)
-    return [
-        SweepConfig(
-            m,
-            b,
-            d,
-            mode,
-            timing,
-            device,
-            size,
-            options if MODES[mode].get("backward") else forward,
-            tokens=tokens,
-        )
-        for m, b, d, mode in itertools.product(
-            axes["model"], axes["batch_size"], axes["dtype"], axes["mode"]
-        )
+    taken = {mode: options if MODES[mode].get("backward") else forward for mode in MODES}
+    return [  # the axes in _LIST_KEYS's order: models outermost
+        SweepConfig(m, b, d, mode, timing, device, size, taken[mode], tokens)
+        for m, b, d, mode in itertools.product(*axes.values())
     ]
 
 
