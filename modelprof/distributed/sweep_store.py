@@ -104,17 +104,15 @@ class ResultStore:
         data = {"format": _FORMAT, "config": config.to_dict(), "row": jsonable(row)}
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
-    def write_table(self, frame: pd.DataFrame) -> list[Path]:
+    def write_table(self, frame: pd.DataFrame) -> None:
         """``sweep.csv`` and ``sweep.json``, each atomically; called once every rank is done, so
         a ``.<name>.tmp`` left in ``configs/`` is a killed writer's (a SIGKILL between the
         temporary file and its rename skips ``write_atomic``'s clean-up): removed."""
         for stray in self.folder.glob(".*.json.*.tmp"):
             with contextlib.suppress(OSError):
                 stray.unlink()
-        csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
-        _write(csv_path, self.csv_text(frame))
-        _write(json_path, self.json_text(frame))
-        return [csv_path, json_path]
+        _write(self.out / "sweep.csv", self.csv_text(frame))
+        _write(self.out / "sweep.json", self.json_text(frame))
 
 
 def _write(path: Path, text: str) -> None:
