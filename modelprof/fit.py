@@ -32,7 +32,6 @@ import bisect
 import contextlib
 import dataclasses
 import difflib
-import inspect
 import math
 import os
 import re
@@ -99,10 +98,9 @@ class FitReport(Exports):
     unknown: the activations were not counted and the rest fits; ``activations`` False).
     ``device``: the datasheet entry taken, with ``matched_from`` the name given (with
     ``memory_given``, the name given as it is, "" for none: the memory is ``memory_bytes``);
-    ``model``:
-    the class counted (the module given, or the one built from a config); ``parameters``:
-    its parameter elements (packed and quantized ones included); ``gpus``: the devices a plan
-    uses, ``tp`` x ``ranks``."""
+    ``model``: the class counted (the module given, or the one built from a config);
+    ``parameters``: its parameter elements (packed and quantized ones included); ``gpus``: the
+    devices a plan uses, ``tp`` x ``ranks``."""
 
     table: pd.DataFrame
     device: str
@@ -374,7 +372,7 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
         )
     _check_tp(model, {**d, "kv_heads": _heads(config, spec.tp).kv}, spec)
     limit = d["max_positions"]
-    takes_ids = _count_inputs(model, spec, training=False) is not None or _caches(model)
+    takes_ids = _takes_ids(model) or _caches(model)
     if limit and takes_ids and spec.context > limit:
         raise ModelProfError(
             f"context={spec.context} is past the {limit} positions of {type(model).__name__} "
@@ -451,8 +449,7 @@ def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
     if isinstance(obj, nn.Module):
         config = getattr(obj, "config", None)
         if not _is_config(config):
-            inner = _inner_hf_model(obj)
-            config = inner.config if inner is not None else None
+            config = getattr(_inner_hf_model(obj), "config", None)
         return obj, config, None
     config = _as_config(obj)
     model = _from_config(config)
@@ -562,7 +559,7 @@ def takes_token_ids(model: nn.Module) -> bool:
 def _takes_ids(model: nn.Module) -> bool:
     """The forward takes ``input_ids`` (named, or through ``**kwargs``) as its main input."""
     params = forward_parameters(model)
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     return _main_input(model) == "input_ids" and ("input_ids" in params or takes_any)
 
 
@@ -939,7 +936,7 @@ def _caches(model: nn.Module) -> bool:
     params = forward_parameters(model)
     if _CACHE_ARGUMENTS & set(params):
         return True
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     if not takes_any or _is_hf_model(model):  # a transformers model says for itself
         return False
     # a wrapper passing everything on (forward(*args, **kwargs)): the model it wraps decides
