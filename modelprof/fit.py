@@ -416,11 +416,9 @@ def _positions_name(config: Any, limit: int) -> str:
 def _learned_positions(model: nn.Module, limit: int) -> bool:
     """A table of positions: an embedding other than the token ids' of ``limit`` rows or a
     few more (BART's offset of 2)."""
-    get = getattr(model, "get_input_embeddings", None)
-    try:
+    get, tokens = getattr(model, "get_input_embeddings", None), None
+    with contextlib.suppress(NotImplementedError, AttributeError):
         tokens = get() if callable(get) else None
-    except (NotImplementedError, AttributeError):
-        tokens = None
     return any(
         isinstance(m, nn.Embedding) and m is not tokens and limit <= m.num_embeddings <= limit + 2
         for m in model.modules()
