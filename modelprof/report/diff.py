@@ -72,12 +72,9 @@ def diff_frames(
         with np.errstate(divide="ignore", invalid="ignore"):
             out[f"{c}_ratio"] = np.where(x > 0, y / x, np.nan)
         flag = c.removesuffix("_ms") + "_rough"  # latency_rough, backward_latency_rough
-        if any(flag in side.columns for side in sides):  # (a row one side lacks: no ratio)
-            rough = np.zeros(len(order), bool)
-            for side in (left, right):
-                if flag in side.columns:
-                    rough |= side[flag].eq(True).to_numpy()
-            out[flag] = rough
+        flags = [s[flag].eq(True).to_numpy() for s in (left, right) if flag in s.columns]
+        if flags:  # set on either side (a row one side lacks: no ratio)
+            out[flag] = np.logical_or.reduce(flags)
     return out
 
 

@@ -337,11 +337,6 @@ def _caption(fig: Any, ax: Any, text: str) -> None:
         width = max(40, int(width * min(0.9, 0.98 / over)))  # about where it fits
 
 
-def _widths(text: Any, ax: Any) -> Any:
-    """A measure of ``text``'s width over ``ax``'s, for :func:`_at_both_resolutions`."""
-    return lambda r: text.get_window_extent(r).width / ax.get_window_extent(r).width
-
-
 def _at_both_resolutions(fig: Any, measure: Any, *, redraw: bool) -> list[float]:
     """``measure(renderer)`` at the figure's resolution and at :data:`SAVE_DPI`, laid out anew
     at each where ``redraw`` (a caption, which the layout makes room for; else as last laid
@@ -364,12 +359,14 @@ def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
     fig = ax.figure
     fig.draw_without_rendering()  # the constrained layout fixes the axes' size
     width = max(map(len, text.splitlines()))
+    title = ax.title  # its width over the axes', measured at both resolutions
+    wide = lambda r: title.get_window_extent(r).width / ax.get_window_extent(r).width  # noqa: E731
     while True:  # each paragraph (line of ``text``) wrapped on its own
         ax.set_title(
             "\n".join(textwrap.fill(p, width=width) for p in text.splitlines()),
             fontsize="medium" if small else None,
         )
-        over = max(_at_both_resolutions(fig, _widths(ax.title, ax), redraw=False))
+        over = max(_at_both_resolutions(fig, wide, redraw=False))
         if over <= 1 or width <= 20:
             break
         width = max(20, min(width - 5, int(width * 0.98 / over)))  # about where it fits

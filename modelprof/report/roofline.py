@@ -380,8 +380,9 @@ def _beaten(df: pd.DataFrame, peaks: Peaks, proofs: dict[str, Any]) -> list[tupl
 
 def _dram_low(peaks: Peaks, proofs: dict[str, Any]) -> bool:
     """A CPU probe's DRAM roof no row beat, below :data:`IMPLAUSIBLE_CPU_DRAM`."""
+    cpu = any(lv.name in ("L1", "L3") for lv in peaks.levels)  # a GPU probe measures L2, DRAM
     dram = peaks.memory_levels[-1]
-    return _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs
+    return cpu and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs
 
 
 def _dram_sentence(peaks: Peaks) -> str:
@@ -404,8 +405,3 @@ def _probed(peaks: Peaks, name: str) -> tuple[float, str]:
     if name == "conv compute":
         return float(peaks.conv_peak_flops or peaks.peak_flops), "FLOP/s"
     return next(lv.bandwidth for lv in peaks.memory_levels if lv.name == name), "B/s"
-
-
-def _is_cpu(peaks: Peaks) -> bool:
-    """A CPU's probe: its levels name an L1 or L3 (a GPU probe measures its L2 and DRAM)."""
-    return any(lv.name in ("L1", "L3") for lv in peaks.levels)

@@ -134,14 +134,13 @@ class Row:
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
     """Rows from records; ``force_self``: parents that get a ``(self)`` row even when their own
     forward ops cost nothing (their autograd nodes do)."""
-    n = len(records)
     readings = _readings(records)
     force_self = {*force_self, *_own_readings(records, readings)}
     inc, ts, own = _inclusive_costs(records)
     # buffer bytes the leaves under each call read (torchstat's MemRead leaves them out)
     buffers = subtree_sums(records, [0 if r.children else r.buffer_bytes for r in records])
     inc_comm = _inclusive_comm(records)
-    end = list(range(n))  # last descendant index of each record's subtree
+    end = list(range(len(records)))  # last descendant index of each record's subtree
     for r in reversed(records):
         if r.parent is not None:
             end[r.parent] = max(end[r.parent], end[r.index])
@@ -335,16 +334,12 @@ def join_rows(
         for columns in column_sets:
             update.update(columns[i])
         if "values" in update:
-            update["values"] = {**(row.values or {}), **_declared(update["values"])}
+            unknown = [k for k in update["values"] if registry.column(k) is None]
+            if unknown:
+                raise ValueError(f"columns {unknown} are not declared (modelprof.columns.declare)")
+            update["values"] = {**(row.values or {}), **update["values"]}
         joined.append(dataclasses.replace(row, **update) if update else row)
     return joined + [Row(**fields) for fields in extra]
-
-
-def _declared(values: dict) -> dict:
-    unknown = [k for k in values if registry.column(k) is None]
-    if unknown:
-        raise ValueError(f"columns {unknown} are not declared (modelprof.columns.declare)")
-    return values
 
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
@@ -361,14 +356,10 @@ def totals_of(rows: Sequence[Row]) -> dict[str, int]:
     return out
 
 
-def _shape(s: tuple) -> str:
-    return "x".join(map(str, s)) if s else "()"
-
-
 def _shapes(shapes: list, drop_batch: bool = False) -> str:
-    if drop_batch:
-        return _shape(tuple(shapes[0][1:])) if shapes else ""
-    return ", ".join(_shape(tuple(s)) for s in shapes)
+    if drop_batch:  # torchstat's: the first input's, without its batch
+        shapes = [shapes[0][1:]] if shapes else []
+    return ", ".join("x".join(map(str, s)) or "()" for s in shapes)
 
 
 def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:

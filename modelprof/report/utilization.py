@@ -318,26 +318,23 @@ def utilization(
     """The per-row and per-phase frames of :class:`Utilization` for ``report`` (``by_op``: its
     forward's per-op totals); ``decode``: the report is a decode step (causal halving does not
     apply)."""
-    own = _own_counts(report, convention, by_op, halve=convention.causal == "half" and not decode)
-    inclusive = _inclusive([r.depth for r in report.rows], [r.leaf for r in report.rows], own)
-    model, hardware = inclusive[:, 0] + inclusive[:, 1], inclusive.sum(axis=1)
     rows = report.rows
-    traffic = np.array([float(r.read_bytes + r.write_bytes) for r in rows])
+    own = _own_counts(report, convention, by_op, halve=convention.causal == "half" and not decode)
+    inclusive = _inclusive([r.depth for r in rows], [r.leaf for r in rows], own)
     step = report.training_step is not None
     time_ms = np.array([r.latency_ms + (r.backward_latency_ms if step else 0.0) for r in rows])
-    p = convention.peaks
     frame = pd.DataFrame(
         {
             "module": [r.module for r in rows],
             "call": [r.call for r in rows],
-            "model_flops": model,
-            "hardware_flops": hardware,
-            "bytes": traffic,
+            "model_flops": inclusive[:, 0] + inclusive[:, 1],
+            "hardware_flops": inclusive.sum(axis=1),
+            "bytes": np.array([float(r.read_bytes + r.write_bytes) for r in rows]),
             "time_ms": time_ms,
         }
     )
-    _add_ratios(frame, p, bytes_ms=np.array([r.latency_ms for r in rows]))
-    return frame, _phases(report, own, [r.leaf and r.kind == "module" for r in rows], p)
+    _add_ratios(frame, convention.peaks, bytes_ms=np.array([r.latency_ms for r in rows]))
+    return frame, _phases(report, own, convention.peaks)
 
 
 def recompute_notes(report: Any) -> tuple[str, ...]:
@@ -458,11 +455,9 @@ def _inclusive(depths: Sequence[int], leaves: Sequence[bool], own: np.ndarray) -
     return out
 
 
-def _phases(
-    report: Any, own: np.ndarray, module_leaf: Sequence[bool], peaks: Peaks | None
-) -> pd.DataFrame:
+def _phases(report: Any, own: np.ndarray, peaks: Peaks | None) -> pd.DataFrame:
     """One row per phase: forward; with a training step backward and step."""
-    leaf = np.asarray(module_leaf, dtype=bool)
+    leaf = np.array([r.leaf and r.kind == "module" for r in report.rows], dtype=bool)
     loss = np.array([r.kind == "loss" for r in report.rows], dtype=bool)
     traffic = float(sum(r.read_bytes + r.write_bytes for r, m in zip(report.rows, leaf) if m))
     fwd = float(own[leaf, 0].sum())
