@@ -79,8 +79,7 @@ def _beyond_inputs(records: Sequence[Any], leaves: Sequence[Any], input_bytes: i
     bound. Later calls of those shapes (a stack of same-shape layers) read other tensors while
     the caller still holds the inputs: theirs count whole."""
     root = next((r for r in records if r.parent is None), None)
-    shapes = None if root is None else root.input_shapes
-    first = next((r for r in leaves if shapes is not None and r.input_shapes == shapes), None)
+    first = next((r for r in leaves if root and r.input_shapes == root.input_shapes), None)
 
     def beyond(r: Any) -> int:
         held = min(r.input_bytes, input_bytes) if r is first else 0

@@ -7,6 +7,7 @@ returns the Figure; ``save=path`` also writes it (.png, .svg, .pdf, from the ext
 
 from __future__ import annotations
 
+import itertools
 import os
 import textwrap
 from pathlib import Path
@@ -224,12 +225,10 @@ def plot_roofline(
 def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
     """One roof per memory level (levels of equal bandwidth share a line and a colour) and the
     compute roof; returns ``[[levels], colour]`` per line."""
-    roofs: list[list[Any]] = []
-    for lv in peaks.memory_levels:
-        if roofs and roofs[-1][0][-1].bandwidth == lv.bandwidth:
-            roofs[-1][0].append(lv)
-        else:
-            roofs.append([[lv], _LEVEL_COLOURS[len(roofs) % len(_LEVEL_COLOURS)]])
+    bandwidths = itertools.groupby(peaks.memory_levels, key=lambda lv: lv.bandwidth)
+    roofs = [
+        [list(g), _LEVEL_COLOURS[i % len(_LEVEL_COLOURS)]] for i, (_, g) in enumerate(bandwidths)
+    ]
     for group, colour in reversed(roofs):  # slowest first
         name = group[0].name if len(group) == 1 else f"{group[0].name}-{group[-1].name}"
         cap = group[-1].capacity_bytes

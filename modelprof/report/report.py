@@ -362,8 +362,7 @@ class Report(Exports):
                 self, dataclasses.replace(convention, peaks=p), self._by_op, decode=decode
             )
             by_peak[name] = float(other["mfu"].iloc[-1])
-        notes = recompute_notes(self)
-        return Utilization(convention, rows, phases, by_peak, notes)
+        return Utilization(convention, rows, phases, by_peak, recompute_notes(self))
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
@@ -463,8 +462,7 @@ class Report(Exports):
         if not self.timed:
             return {}
         df = self.to_dataframe()
-        flags = [f for f in _ROUGH_FLAGS if f in df.columns]
-        return {f: df.loc[df["leaf"], f].astype(bool).tolist() for f in flags}
+        return {f: df.loc[df["leaf"], f].astype(bool).tolist() for f in _ROUGH_FLAGS if f in df}
 
     def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
         """torchstat's leaf table; with ``depth=k`` the tree collapsed to depth k (each row
@@ -675,7 +673,6 @@ class Report(Exports):
         p: int, columns: Any, ms: Any, by_record: dict[int, Row], loss: Row | None
     ) -> Any:
         """One backward pass: each run of consecutive stretches of one call is a slice."""
-
         t = PassTimeline(f"backward pass {p + 1}", float(sum(ms)))
         start = 0.0
         for column, run in itertools.groupby(zip(columns, ms), key=operator.itemgetter(0)):
@@ -966,13 +963,13 @@ class Report(Exports):
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
 
 
-def loaded_probe_note(peaks: Any, used: Any = None) -> str:
+def loaded_probe_note(peaks: Any, used: Any) -> str:
     """The summary's line on roofs probed on a busy machine, naming the roofs of ``used`` (the
     run's one peak, ``run_peaks``) raised above them: the MFU beside it uses those."""
     raised = []
-    if used is not None and used.peak_flops > peaks.peak_flops:
+    if used.peak_flops > peaks.peak_flops:
         raised.append(f"compute {format_rate(used.peak_flops, 'FLOP/s')}")
-    if used is not None and used.peak_bytes > peaks.peak_bytes:
+    if used.peak_bytes > peaks.peak_bytes:
         raised.append(f"memory {format_rate(used.peak_bytes, 'B/s')}")
     used_text = (
         f"; the roofs used here are raised to what layers of this run reached ({', '.join(raised)})"
