@@ -47,11 +47,10 @@ def diff_frames(
         if indexed.index.has_duplicates:
             module, call = indexed.index[indexed.index.duplicated()][0]
             raise ModelProfError(f"report {name!r} has two rows for module {module!r} call {call}")
+        for c in cols:  # whole numbers stay exact past 2**53 where a row is missing
+            if pd.api.types.is_integer_dtype(indexed[c]):
+                indexed[c] = indexed[c].astype("Int64")
         sides.append(indexed)
-    for side in sides:  # whole numbers stay exact past 2**53 where a row is missing
-        for c in cols:
-            if pd.api.types.is_integer_dtype(side[c]):
-                side[c] = side[c].astype("Int64")
     order = pd.MultiIndex.from_tuples(_merged(list(sides[0].index), list(sides[1].index)))
     order.names = key
     left, right = (s.reindex(order) for s in sides)
