@@ -501,8 +501,7 @@ def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flop
             raise ModelProfError(
                 f"model_flops[{rank}]={f!r}: every rank's FLOPs must be a finite number >= 0"
             )
-    slowest = max(times)
-    return float(sum(flops) / (slowest * 1e-3 * len(flops) * peak_flops))
+    return float(sum(flops) / (max(times) * 1e-3 * len(flops) * peak_flops))
 
 
 def _finite(value: Any) -> bool:
