@@ -121,9 +121,6 @@ class MemoryPlan:
             state["count_prefill"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     @property
     def prefill_note(self) -> str | None:
         """Why a prompt longer than the profiled one is sized with the profiled prompt's
@@ -144,10 +141,9 @@ class MemoryPlan:
     def kv_per_seq_bytes(self, context: int | None = None) -> float:
         """The cache of one sequence at ``context`` tokens."""
         c = check_int("context", self.context if context is None else context)
-        held = min(c, self.window_tokens)
         return (
             self.kv_per_token_bytes * c
-            + self.window_per_token_bytes * held
+            + self.window_per_token_bytes * min(c, self.window_tokens)
             + self.state_per_seq_bytes
         )
 
@@ -193,20 +189,18 @@ class MemoryPlan:
         if tokens <= self.prompt_len:
             return measured
         cap = self.max_positions if self.max_positions is not None else COUNT_CAP
-        counted = self._count(min(tokens, cap)) if self.count_prefill is not None else None
+        at, counted = min(tokens, cap), None
+        if self.count_prefill is not None:  # each length counted once, None where that failed
+            if at not in self._counted:
+                got = self.count_prefill(at)
+                self._counted[at] = None if got is None else float(got)
+            counted = self._counted[at]
         if counted is None:
             if not self._warned:  # said once a plan: a figure short of the truth
                 self._warned.append(True)
                 warn_user(f"modelprof: memory plan: {self.prefill_note}", ModelProfWarning)
             return measured
         return max(measured, counted * max(tokens / cap, 1.0))
-
-    def _count(self, tokens: int) -> float | None:
-        """One sequence's prefill of ``tokens`` counted (once), None where the count failed."""
-        if tokens not in self._counted:
-            got = self.count_prefill(tokens) if self.count_prefill is not None else None
-            self._counted[tokens] = None if got is None else float(got)
-        return self._counted[tokens]
 
     def max_batch(
         self, memory_bytes: float, context: int | None = None, prompt_len: int | None = None
@@ -223,7 +217,11 @@ class MemoryPlan:
                 "(max_positions): no batch runs at it; max_context(memory_bytes) is the longest "
                 "that fits"
             )
-        prompt = c if prompt_len is None else _prompt_within(prompt_len, c)  # (see the class)
+        prompt = c if prompt_len is None else check_int("prompt_len", prompt_len)
+        if prompt > c:  # (a prompt_len of None: see the class)
+            raise ModelProfError(
+                f"prompt_len={prompt} is longer than context={c}: a prompt is part of its context"
+            )
         free = memory_bytes - self.weights_bytes
         per = self.kv_per_seq_bytes(c) + self.activation_seq_bytes(prompt)
         return max(int(free // per), 0) if per > 0 else 0
@@ -280,15 +278,6 @@ class MemoryPlan:
             dataclasses.replace(self, count_prefill=None, _counted={}, _warned=[])
         )
         return {k: v for k, v in out.items() if k not in ("count_prefill", "_counted", "_warned")}
-
-
-def _prompt_within(prompt_len: Any, context: int) -> int:
-    prompt = check_int("prompt_len", prompt_len)
-    if prompt > context:
-        raise ModelProfError(
-            f"prompt_len={prompt} is longer than context={context}: a prompt is part of its context"
-        )
-    return prompt
 
 
 def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
