@@ -146,14 +146,14 @@ def _prepared(
     """(name, language model, spec, closed-form KV bytes per token) of one candidate."""
     model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
     dev, dt = model_device_dtype(model, None, None)
-    config = getattr(model, "config", None)
-    positions = model_dims(config)["max_positions"] if config else None
+    config = getattr(model, "config", None)  # (None: every dimension and closed form None)
+    positions = model_dims(config)["max_positions"]
     spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache, positions)
     lm = language_model(model, step, spec.cache, dev, dt)
     if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
         source = source_length(model, {}, spec.prompt_len)
         lm.prompt_inputs = PromptInputs(None, complete_encoder_inputs(model, {}, source))
-    return name, lm, spec, closed_form_kv_per_token(config, dt) if config else None
+    return name, lm, spec, closed_form_kv_per_token(config, dt)
 
 
 class _CandidateFailed(Exception):
@@ -249,15 +249,6 @@ def _measured(t: Any) -> list[Measurement]:
     return [m for m in (t.end_to_end, t.ttft, t.tpot) if m is not None]
 
 
-def _ranked_by(timings: list) -> str:
-    """``"cpu_work"`` when every figure has one thread's CPU time (``cpu_holds``) and any was
-    loaded, else ``"latency"``."""
-    ms = [m for t in timings for m in _measured(t)]
-    if all(m.cpu_holds for m in ms) and any(m.loaded for m in ms):
-        return "cpu_work"
-    return "latency"
-
-
 def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[str, Any]:
     """On the CPU: each figure's CPU work (median, interval), wall/CPU and CPU ratios."""
     out: dict[str, Any] = {}
@@ -315,11 +306,12 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
         rough_flags(checks.get(name, []), row, ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"))
         rows.append(row)
     df = stable_flags(pd.DataFrame(rows)).set_index("model")
-    ranked_by = _ranked_by(timings)
-    on_cpu = ranked_by == "cpu_work"
+    measured = [m for t in timings for m in _measured(t)]
+    # ranked by CPU work when every figure has one thread's CPU time and any was loaded
+    on_cpu = all(m.cpu_holds for m in measured) and any(m.loaded for m in measured)
     notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
     notes += floor_notes(t.end_to_end for t in timings)
-    df.attrs.update(ratio_estimator=RATIO_ESTIMATOR, ranked_by=ranked_by)
+    df.attrs.update(ratio_estimator=RATIO_ESTIMATOR, ranked_by="cpu_work" if on_cpu else "latency")
     ranking = "end_to_end_cpu_x" if on_cpu else "end_to_end_x"
     disagreeing(checks, ranking, "the end-to-end time", df.attrs, notes, opts.warn)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
@@ -331,7 +323,6 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
         notes += [tied] if tied else []
         if tied:  # the caption's too
             df.attrs["tied"] = tied
-    measured = [m for t in timings for m in _measured(t)]
     if unranked:
         df.attrs["unranked"] = unranked
         notes.append(unranked)
