@@ -23,13 +23,13 @@ def plot_decode_growth(
     g = report.growth(batch_size)
     ctx = g["context"]
     timing = report.timings.get(report._batch(batch_size))
-    timed = timing is not None and timing.step_ms.size > 0
-    timed = timed or g["latency_ms"].notna().any() or "bound_ms" in g.columns
+    stepped = timing is not None and timing.step_ms.size > 0
+    timed = stepped or g["latency_ms"].notna().any() or "bound_ms" in g.columns
     fig = figure_class()(figsize=(11.0, 4.0) if timed else (5.5, 4.0), layout="constrained")
     from matplotlib.ticker import MaxNLocator  # (matplotlib is there: figure_class found it)
 
     ax_t, ax_b = fig.subplots(1, 2) if timed else (None, fig.subplots())
-    if timed and timing is not None and timing.step_ms.size:
+    if stepped:
         every = np.broadcast_to(timing.contexts, timing.step_ms.shape)
         ax_t.scatter(
             every.ravel(),
@@ -52,9 +52,9 @@ def plot_decode_growth(
             )
         elif slope is not None:  # no growth measured: said in the legend, no line drawn
             ax_t.plot([], [], " ", label=f"growth {slope.describe()}")
-    if timed and g["latency_ms"].notna().any():
+    if g["latency_ms"].notna().any():
         ax_t.plot(ctx, g["latency_ms"], "o", color="tab:orange", label="per-layer passes (median)")
-    if timed and "bound_ms" in g.columns:
+    if "bound_ms" in g.columns:
         bound = f"roofline bound ({report.peaks.device})"
         ax_t.plot(ctx, g["bound_ms"], "s-", color="tab:red", label=bound)
     # MiB, as the tables write bytes (1 MiB = 2**20 B)

@@ -284,7 +284,7 @@ def timing_from(
             label=f"{name} TPOT",
             **{**common, **per_step, **run.cpu_fields("steps")},
         )
-    contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
+    contexts = spec.prompt_len + np.arange(steps.shape[1])
     if opts.warn:  # a short budget said once (of the generations); drift and noise each
         for m in (e2e,) if e2e.undersampled else (ttft, tpot):
             if m is not None:
