@@ -597,14 +597,10 @@ class GenerationReport(Exports):
         return out
 
 
-#: the neighbour check's series: each generation figure across batch sizes, and the phases' time
-_FIGURES = {
-    "ttft": "TTFT across batch sizes",
-    "tpot": "TPOT across batch sizes",
-    "end_to_end": "the end-to-end generation across batch sizes",
-}
-_PHASES = "the phases' time (per-layer passes' plain runs)"
 _FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "the end-to-end generation"}
+#: the neighbour check's series: each generation figure across batch sizes, and the phases' time
+_FIGURES = {kind: f"{name} across batch sizes" for kind, name in _FIGURE_NAMES.items()}
+_PHASES = "the phases' time (per-layer passes' plain runs)"
 
 
 def _phase_point(p: Phase) -> str:
