@@ -248,8 +248,7 @@ def count_phases(
     """The encoder (if any), prefill and decode phases of ``spec``; with ``opts`` timed too."""
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
     encoder = [counter.encode()] if lm.encoder is not None else []
-    prefill = counter.prefill()
-    phases = [*encoder, prefill, *(counter.decode(c) for c in spec.contexts)]
+    phases = [*encoder, counter.prefill(), *(counter.decode(c) for c in spec.contexts)]
     lm.encoded.pop(batch, None)  # not held past its batch size
     return phases
 

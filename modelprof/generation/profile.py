@@ -103,7 +103,7 @@ def profile_generation(
         batch_size,
         contexts,
         cache,
-        max_positions=model_dims(config)["max_positions"] if config is not None else None,
+        max_positions=model_dims(config)["max_positions"],
         positions=_positions(config) if encoded else "positions",
     )
     source = source_length(model, given.extras, spec.prompt_len) if encoded else None
