@@ -60,12 +60,10 @@ class MoEInfo:
 
 
 def _experts_params(module: nn.Module, n: int) -> int | None:
-    experts = list(module.children())
+    experts, params = list(module.children()), list(module.parameters())
     # a ModuleList of experts, or a module of n experts of one class (Switch Transformers')
-    if len(experts) == n and len({type(e) for e in experts}) == 1:
-        return sum(p.numel() for p in module.parameters())
-    params = list(module.parameters())
-    if params and all(p.dim() >= 2 and p.shape[0] == n for p in params):
+    listed = len(experts) == n and len({type(e) for e in experts}) == 1
+    if listed or (params and all(p.dim() >= 2 and p.shape[0] == n for p in params)):
         return sum(p.numel() for p in params)
     return None
 
