@@ -307,11 +307,10 @@ class GenerationReport(Exports):
                     out[f"{col}_per_token"] = _slope(g["context"], g[col])
             if g["latency_ms"].astype(float).notna().all():  # the step time's rule: below
                 fit = fit_slope(g["context"], g["latency_ms"])  # None: < 3 contexts, no interval
-                nan = float("nan")
                 out.update(
-                    latency_ms_per_token=fit.measured_ms_per_token if fit else nan,
-                    latency_ms_per_token_ci_low=fit.ci_low if fit else nan,
-                    latency_ms_per_token_ci_high=fit.ci_high if fit else nan,
+                    latency_ms_per_token=fit.measured_ms_per_token if fit else math.nan,
+                    latency_ms_per_token_ci_low=fit.ci_low if fit else math.nan,
+                    latency_ms_per_token_ci_high=fit.ci_high if fit else math.nan,
                 )
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
