@@ -434,7 +434,11 @@ def _parse(
 
 def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
     """The counted forward and, with ``backward=True``, step: (static, step cost)."""
-    counted = _with_layout(mi, spec.mode.memory_format)
+    counted = mi  # (channels_last: its 4-D tensors in that layout)
+    if spec.mode.memory_format is not None:
+        counted = dataclasses.replace(
+            mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
+        )
     step_cost = None
     if spec.step is not None:
         refuse_scripted(model)  # before anything of the step runs
@@ -634,15 +638,6 @@ def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
             setattr(mine, total, getattr(mine, total) + getattr(stats, total))
         if stats.notes:  # the loss's inexact calls count as the model's do
             mine.notes = (mine.notes or Counter()) + stats.notes
-
-
-def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:
-    """``mi`` with its 4-D tensors in ``layout`` (channels_last), or ``mi`` itself."""
-    if layout is None:
-        return mi
-    return dataclasses.replace(
-        mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
-    )
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):

@@ -554,7 +554,7 @@ class OpCounter(compat.TorchDispatchMode):
         subgraphs runs again uncounted, listed unsupported (a genuine error raises there)."""
         pred = args[0] if func is torch.ops.higher_order.cond else None
         if isinstance(pred, torch.Tensor) and not has_values(pred):
-            return self._cond_bound(func, name, args, kwargs)
+            return self._cond_bound(name, args, kwargs)
         wrap = functools.partial(_wrap_subgraphs, counter=self)
         w_args, w_kwargs = wrap(args), {k: wrap(v) for k, v in kwargs.items()}
         if w_args is args and all(w_kwargs[k] is v for k, v in kwargs.items()):  # no subgraph
@@ -565,7 +565,7 @@ class OpCounter(compat.TorchDispatchMode):
         self._apply_calls(name)
         return out
 
-    def _cond_bound(self, func, name: str, args: tuple, kwargs: dict) -> Any:
+    def _cond_bound(self, name: str, args: tuple, kwargs: dict) -> Any:
         pred, true_fn, false_fn, operands = args[:4]
         runs = [self._staged_run(lambda b=branch: b(*operands)) for branch in (true_fn, false_fn)]
         costs = [total(c for _, c, _, _ in staged).resolved()[1] for staged, _ in runs]

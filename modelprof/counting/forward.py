@@ -24,6 +24,7 @@ from modelprof.runtime import compat
 from modelprof.runtime.compiled import eager_module, eager_view
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, completed, running
+from modelprof.runtime.failure import module_path
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint
@@ -218,10 +219,7 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
     if running:
         inner = running[-1]
         shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
-        shown = [r.name or "(root)" for r in running]
-        if len(shown) > 6:  # a deeply nested model: the ends of the path say enough
-            shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
-        path = " > ".join(shown)
+        path = module_path([r.name for r in running])
         where = (
             f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
         )

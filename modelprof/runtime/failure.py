@@ -17,7 +17,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.tensors import shape_str
 
-__all__ = ["forward_failure", "refused_as", "running_modules"]
+__all__ = ["forward_failure", "module_path", "refused_as", "running_modules"]
 
 
 def running_modules(
@@ -50,7 +50,8 @@ def refused_as(what: str, where: Callable[[Exception], str] | None = None) -> It
         raise ModelProfError(f"{what}{place}: {type(e).__name__}: {e}") from e
 
 
-def _path(running: list[str]) -> str:
+def module_path(running: list[str]) -> str:
+    """The running modules' names (root ``""``) as ``a > a.b``, a deep path shortened."""
     shown = [n or "(root)" for n in running]
     if len(shown) > 6:
         shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
@@ -77,7 +78,7 @@ def forward_failure(model: Any, what: str, inputs: Any = None) -> Iterator[None]
         shapes = shape_str(inputs, dtypes=True) if inputs is not None else ""
         raise ModelProfError(
             f"the forward pass failed during {what} in module {inner or '(root)'!r} ({kind}); "
-            f"running: {_path(running)}."
+            f"running: {module_path(running)}."
             + (f" Inputs were {shapes}." if shapes else "")
             + f" {type(e).__name__}: {e}"
         ) from e
