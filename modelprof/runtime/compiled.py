@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 
 from torch import nn
@@ -31,19 +30,15 @@ def eager_module(model: nn.Module) -> nn.Module:
     return model if original is None else original
 
 
-@dataclasses.dataclass
-class _Compiled:
-    """The compiled modules under a root, named as in its eager view: the wrappers
-    (``torch.compile(child)``: parent, key, wrapper, name) and those compiled in place."""
-
-    wrapped: list[tuple[nn.Module, str, nn.Module, str]]
-    in_place: list[tuple[nn.Module, str]]
-
-
-def _compiled(root: nn.Module) -> _Compiled:
-    """One walk of ``root``'s tree (a wrapper's original in its place, under its name), top
-    level first."""
-    found = _Compiled([], [])
+def _compiled(
+    root: nn.Module,
+) -> tuple[list[tuple[nn.Module, str, nn.Module, str]], list[tuple[nn.Module, str]]]:
+    """The compiled modules under ``root``, named as in its eager view: the wrappers
+    (``torch.compile(child)``: parent, key, wrapper, name) and those compiled in place (module,
+    name). One walk of the tree (a wrapper's original in its place, under its name), top level
+    first."""
+    wrapped: list[tuple[nn.Module, str, nn.Module, str]] = []
+    in_place: list[tuple[nn.Module, str]] = []
     todo, seen = collections.deque([("", root)]), set()
     while todo:
         prefix, module = todo.popleft()
@@ -51,16 +46,16 @@ def _compiled(root: nn.Module) -> _Compiled:
             continue
         seen.add(id(module))
         if compat.compiled_in_place(module):
-            found.in_place.append((module, prefix))
+            in_place.append((module, prefix))
         for key, child in module._modules.items():
             if child is None:
                 continue
             name = f"{prefix}.{key}" if prefix else key
             original = compat.compiled_original(child)
             if original is not None:
-                found.wrapped.append((module, key, child, name))
+                wrapped.append((module, key, child, name))
             todo.append((name, child if original is None else original))
-    return found
+    return wrapped, in_place
 
 
 def compiled_words(model: nn.Module) -> str | None:
@@ -68,11 +63,11 @@ def compiled_words(model: nn.Module) -> str | None:
     parts = []
     if compat.compiled_original(model) is not None:
         parts.append("the model is torch.compile'd")
-    found = _compiled(eager_module(model))
-    if any(name == "" for _, name in found.in_place):
+    wrapped, in_place = _compiled(eager_module(model))
+    if any(name == "" for _, name in in_place):
         parts.append("the model is compiled in place (model.compile())")
-    named = [f"{name!r} (torch.compile)" for *_, name in found.wrapped]
-    named += [f"{name!r} ({name}.compile())" for _, name in found.in_place if name]
+    named = [f"{name!r} (torch.compile)" for *_, name in wrapped]
+    named += [f"{name!r} ({name}.compile())" for _, name in in_place if name]
     if named:
         more = len(named) - NAMED_IN_NOTE
         shown = ", ".join(named[:NAMED_IN_NOTE]) + (f" and {more} more" if more > 0 else "")
@@ -87,16 +82,16 @@ def eager_view(model: nn.Module) -> Iterator[nn.Module]:
     eager model's), each compiled in place runs its eager call; all put back after. A state
     guard active on the model reads its tree again on entering and on leaving."""
     root = eager_module(model)
-    found = _compiled(root)
-    for parent, key, wrapper, _ in found.wrapped:
+    wrapped, in_place = _compiled(root)
+    for parent, key, wrapper, _ in wrapped:
         parent._modules[key] = compat.compiled_original(wrapper)
     try:
-        if found.wrapped:
+        if wrapped:
             rescan_active(root)
-        with compat.eager_calls(m for m, _ in found.in_place):
+        with compat.eager_calls(m for m, _ in in_place):
             yield root
     finally:
-        for parent, key, wrapper, _ in reversed(found.wrapped):
+        for parent, key, wrapper, _ in reversed(wrapped):
             parent._modules[key] = wrapper
-        if found.wrapped:
+        if wrapped:
             rescan_active(root)

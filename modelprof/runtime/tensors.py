@@ -130,9 +130,8 @@ def nbytes(obj: Any) -> int:
     return 0
 
 
-def version_of(t: torch.Tensor) -> int | None:
-    """``t._version`` (bumped by each in-place write); None for an inference tensor."""
-    return None if t.is_inference() else t._version
+#: ``t._version`` (bumped by each in-place write); None for an inference tensor
+version_of = compat.tensor_version
 
 
 def shape_str(obj: Any, dtypes: bool = False) -> str:
