@@ -160,7 +160,9 @@ def profile(
             dtype=mode.dtype,
         )
         passed.add(mi.args, mi.kwargs)  # moved or made copies: each pass sees them as made
-        model, guard = _layered(model, mi, rng_scope, guard)
+        if is_flat_export(model):  # ExportedProgram.module(): re-exported with its layers
+            model = exported_layers(model, (mi.args, mi.kwargs))
+            guard = rng_scope.enter_context(preserved_state(model, rescan=True))
         # the model's random ops (train-mode dropout) draw from forked generators in every pass
         rng_scope.enter_context(random_kept(mi.device))
         spec, meta_notes = _on(spec, mi)
@@ -247,17 +249,6 @@ def _run_info(
         {**spec.flags, **spec.opts.as_kwargs()},
     )
     return run, timed
-
-
-def _layered(
-    model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack, guard: Any
-) -> tuple[nn.Module, Any]:
-    """The flat graph of ``ExportedProgram.module()`` re-exported with its layers on these
-    inputs, under a state guard of its own; any other model as it is."""
-    if not is_flat_export(model):
-        return model, guard
-    model = exported_layers(model, (mi.args, mi.kwargs))
-    return model, scope.enter_context(preserved_state(model, rescan=True))
 
 
 def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:

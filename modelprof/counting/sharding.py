@@ -65,12 +65,6 @@ def _local_numel(p: torch.Tensor) -> int:
     return compat.local_tensor(p).numel()
 
 
-def _fsdp_params(model: nn.Module) -> list[Any]:
-    """FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``."""
-    groups = [compat.fsdp_param_group(m) for m in fsdp_modules(model)]
-    return [fp for group in groups if group is not None for fp in group.fsdp_params]
-
-
 class ParamView:
     """How the scope charges a parameter of a sharded model. FSDP2's unsharded parameter
     (swapped in around a module's forward) is charged as its sharded original (:meth:`canonical`),
@@ -78,7 +72,9 @@ class ParamView:
 
     def __init__(self, model: nn.Module, view: ShardView) -> None:
         self.view = view
-        self._fsdp = _fsdp_params(model)
+        # FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``
+        groups = [compat.fsdp_param_group(m) for m in fsdp_modules(model)]
+        self._fsdp = [fp for group in groups if group is not None for fp in group.fsdp_params]
         self._sharded = {id(fp.sharded_param) for fp in self._fsdp}
         self._canonical: dict[int, torch.Tensor] = {}
         self._refresh()

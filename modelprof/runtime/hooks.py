@@ -54,10 +54,6 @@ class HookSession:
     foreign_calls: int = 0
 
 
-def _nesting_depth(names: dict[nn.Module, str]) -> int:
-    return max((n.count(".") + 1 for n in names.values() if n), default=0) + 1
-
-
 # sys.setrecursionlimit is process-wide: concurrent requests (threads) share one raise
 _limit_lock = threading.Lock()
 _limit_requests: list[int] = []
@@ -131,7 +127,8 @@ def module_hooks(
                 post(module, rest[-1])
 
     handles = []
-    with recursion_headroom(_FRAMES_PER_LEVEL * _nesting_depth(names) + _FRAMES_MARGIN):
+    depth = max((n.count(".") + 1 for n in names.values() if n), default=0) + 1  # the root's 1
+    with recursion_headroom(_FRAMES_PER_LEVEL * depth + _FRAMES_MARGIN):
         try:
             handles.append(_module.register_module_forward_pre_hook(_pre))
             # with the kwargs, also when the forward raises
