@@ -99,7 +99,6 @@ class Snapshot:
         self._uncopied: set[int] = set()
         self._unseen: set[int] = set()  # tensors found written with no version bump (by index)
         self._seen: set[int] = set()
-        self.truncated = False
         self.add(*objs)
 
     # -- recording ----------------------------------------------------------------------------
@@ -113,7 +112,6 @@ class Snapshot:
             if (isinstance(o, _ATOMS) and not compat.is_module_cache(o)) or id(o) in seen:
                 continue
             if len(seen) >= MAX_OBJECTS:
-                self.truncated = True
                 break
             seen.add(id(o))
             if isinstance(o, torch.Tensor):
