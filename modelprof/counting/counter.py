@@ -110,14 +110,6 @@ def _tensors(*objs: Any) -> Iterator[torch.Tensor]:
                 yield t
 
 
-def _plain_tensors(args: tuple, kwargs: dict) -> bool:
-    """A ``torch._decomp`` decomposition is written for plain strided dense tensors."""
-    return not any(
-        t.layout is not torch.strided or t.is_quantized or t.is_nested
-        for t in _tensors(*args, *kwargs.values())
-    )
-
-
 def _has_nested(args: tuple, kwargs: dict) -> bool:
     return any(t.is_nested for t in _tensors(*args, *kwargs.values()))
 
@@ -496,7 +488,11 @@ class OpCounter(compat.TorchDispatchMode):
             self.decomposed[name] += 1
             with self:
                 return how.fn(*args, **kwargs)
-        plain = _plain_tensors(args, kwargs)
+        # a ``torch._decomp`` decomposition is written for plain strided dense tensors
+        plain = not any(
+            t.layout is not torch.strided or t.is_quantized or t.is_nested
+            for t in _tensors(*args, *kwargs.values())
+        )
         ok, out = self._tentatively(lambda: how.fn(*args, **kwargs)) if plain else (False, None)
         if not ok:  # the decomposition does not hold for these inputs: run the op itself
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
