@@ -736,6 +736,11 @@ PRIVATE = (
     "OptimizedModule",
     "dynamo_ctx",
     "_compiled_call_impl",
+    "._schema",
+    "._overloadname",
+    "batchnorm._",
+    "pooling._",
+    "'_version'",
 )
 
 
@@ -781,6 +786,36 @@ def test_tensor_version_counts_in_place_writes_and_is_none_for_inference_tensors
     with torch.inference_mode():
         frozen = torch.zeros(3)
     assert compat.tensor_version(frozen) is None
+
+
+def test_tensor_versions_read_many_at_once_and_fall_back_for_an_inference_tensor() -> None:
+    a, b = torch.zeros(2), torch.zeros(2)
+    start = compat.tensor_versions([a, b])
+    b.mul_(2)  # one in-place write: b one version on, a none
+    assert compat.tensor_versions([a, b]) == [start[0], start[1] + 1]
+    with torch.inference_mode():
+        frozen = torch.zeros(2)
+    assert compat.tensor_versions([a, frozen]) == [start[0], None]
+
+
+def test_op_schema_and_overload_name_of_an_aten_op() -> None:
+    op = torch.ops.aten.addmm_.default
+    schema = compat.op_schema(op)
+    assert schema.name == "aten::addmm_"
+    # addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1)
+    assert [a.name for a in schema.arguments] == ["self", "mat1", "mat2", "beta", "alpha"]
+    assert schema.arguments[0].alias_info.is_write
+    assert compat.overload_name(op) == "default"
+    assert compat.overload_name(torch.ops.aten.add.Tensor) == "Tensor"
+
+
+def test_torchstat_bases_cover_every_norm_and_pooling_layer() -> None:
+    norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm2d, nn.SyncBatchNorm)
+    assert all(issubclass(c, compat.TORCHSTAT_NORM) for c in norms)
+    assert not issubclass(nn.LayerNorm, compat.TORCHSTAT_NORM)  # its own formula
+    pools = (nn.MaxPool2d, nn.AvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool3d)
+    assert all(issubclass(c, compat.TORCHSTAT_POOLS) for c in pools)
+    assert not issubclass(nn.LPPool2d, compat.TORCHSTAT_POOLS)  # not one of torchstat's four
 
 
 def test_storage_identity_is_one_per_storage_on_every_device() -> None:

@@ -125,7 +125,7 @@ def is_comm_bookkeeping(func: Any) -> bool:
 def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
     """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
     group its ``group_name`` names; 1 where none can be found (moves nothing)."""
-    for i, a in enumerate(func._schema.arguments):
+    for i, a in enumerate(compat.op_schema(func).arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
         if a.name == "group_size" and isinstance(value, int):
             return value
@@ -191,14 +191,14 @@ def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective 
     if kind is None:
         return None
     in_bytes = out_bytes = 0
-    for i, a in enumerate(func._schema.arguments):
+    for i, a in enumerate(compat.op_schema(func).arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
         if a.name in _IN_NAMES or a.name in _BOTH_NAMES:
             in_bytes += nbytes(value)
         if a.name in _OUT_NAMES or a.name in _BOTH_NAMES:
             out_bytes += nbytes(value)
     ns, _ = _split(func)
-    if ns != "c10d" and not any(a.name in _OUT_NAMES for a in func._schema.arguments):
+    if ns != "c10d" and not any(a.name in _OUT_NAMES for a in compat.op_schema(func).arguments):
         out_bytes = nbytes(out)  # functional: the result is the output buffer
     if kind is K.SEND:
         out_bytes = 0

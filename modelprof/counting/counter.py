@@ -290,12 +290,12 @@ class OpCounter(compat.TorchDispatchMode):
             formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
             packed = any(
                 "PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
-                for a in func._schema.arguments
+                for a in compat.op_schema(func).arguments
             )
             # tensors it reads past its positional ones: a keyword-only attn_mask, a list's
             nested = any(
                 "Tensor" in str(a.type) and (a.kwarg_only or str(a.type).startswith("List"))
-                for a in func._schema.arguments
+                for a in compat.op_schema(func).arguments
             )
         # a hook may say which ops it watches (the state guard's: those that write an argument)
         hook = self.before_op

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import operator
 import os
 import re
 import sys
@@ -88,6 +89,8 @@ __all__ = [
     "next_sequence_nr",
     "node_sequence_nr",
     "oom_errors",
+    "op_schema",
+    "overload_name",
     "OpOverload",
     "OpOverloadPacket",
     "optional_ops",
@@ -99,7 +102,11 @@ __all__ = [
     "restore_dispatch_stack",
     "set_mha_device_check",
     "STATIC_CACHE_REWINDS",
+    "tensor_version",
+    "tensor_versions",
     "torch_version",
+    "TORCHSTAT_NORM",
+    "TORCHSTAT_POOLS",
     "TorchDispatchMode",
     "transformers_version",
     "version_tuple",
@@ -603,6 +610,41 @@ def tensor_version(t: torch.Tensor) -> int | None:
         return t._version
     except RuntimeError:
         return None
+
+
+_VERSION = operator.attrgetter("_version")
+
+
+def tensor_versions(ts: list[torch.Tensor]) -> list[int | None]:
+    """:func:`tensor_version` of each tensor, read all at once (``map`` over the C getter) where
+    none is an inference tensor."""
+    try:
+        return list(map(_VERSION, ts))
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return list(map(tensor_version, ts))
+
+
+def op_schema(func: OpOverload) -> Any:
+    """``func``'s schema: its name (``"aten::addmm_"``) and arguments (types, alias info).
+    Checked on torch 2.4-2.14 (``OpOverload._schema``)."""
+    return func._schema
+
+
+def overload_name(func: OpOverload) -> str:
+    """``func``'s overload in its packet (``"default"``, ``"Tensor"``). Checked on torch
+    2.4-2.14 (``OpOverload._overloadname``)."""
+    return func._overloadname
+
+
+#: the classes torchstat's formulas are registered on: every batch norm (``_NormBase``), every
+#: pooling layer. Checked on torch 2.4-2.14 (``torch.nn.modules.batchnorm``/``pooling``).
+TORCHSTAT_NORM = torch.nn.modules.batchnorm._NormBase
+TORCHSTAT_POOLS = (
+    torch.nn.modules.pooling._MaxPoolNd,
+    torch.nn.modules.pooling._AvgPoolNd,
+    torch.nn.modules.pooling._AdaptiveAvgPoolNd,
+    torch.nn.modules.pooling._AdaptiveMaxPoolNd,
+)
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -97,7 +97,7 @@ class _WriteHook:
             if isinstance(func, compat.HigherOrderOperator):
                 found = ()
             else:
-                schema = func._schema
+                schema = compat.op_schema(func)
                 found = tuple(
                     i
                     for i, a in enumerate(schema.arguments)
@@ -116,7 +116,9 @@ class _WriteHook:
         if written is _RUNNING_STATS and len(args) > 5 and args[5] is False:
             return  # a batch/instance norm using its running statistics: it writes none
         for i in written:  # (the schema's arguments are built anew at each read: only if needed)
-            value = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
+            value = (
+                args[i] if i < len(args) else kwargs.get(compat.op_schema(func).arguments[i].name)
+            )
             for watcher in self.watchers:
                 watcher.before_write(value)
 

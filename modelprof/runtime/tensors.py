@@ -202,7 +202,6 @@ def storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | No
 
 _STRIDED = frozenset({torch.strided})
 _T = torch.Tensor
-_VERSION = operator.attrgetter("_version")
 _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
 _NESTED = operator.attrgetter("is_nested")
@@ -213,12 +212,8 @@ _NOT_DENSE = (_NESTED, _META, _QUANTIZED, _T.is_conj, _T.is_neg)  # none holds i
 _DENSE_FINGERPRINT = (_T.data_ptr, _T.size, _T.stride, _DTYPE, _T.get_device)
 
 
-def versions(ts: list[torch.Tensor]) -> list[int | None]:
-    """:func:`version_of` each tensor, read all at once where none is an inference tensor."""
-    try:
-        return list(map(_VERSION, ts))
-    except RuntimeError:  # "Inference tensors do not track version counter"
-        return list(map(version_of, ts))
+#: :func:`version_of` of each tensor, read all at once where none is an inference tensor
+versions = compat.tensor_versions
 
 
 # For dense tensors (nearly all) each attribute is read for all at once with ``map`` over the C

@@ -141,13 +141,13 @@ class FormulaRegistry:
 def functional_form(func: compat.OpOverload) -> compat.OpOverload | None:
     """The out-of-place op of an in-place one (``aten.addmm_.default`` -> ``aten.addmm.default``):
     same arguments, same arithmetic; None for an op that is not in-place."""
-    name = func._schema.name.split("::")[-1]
+    name = compat.op_schema(func).name.split("::")[-1]
     if not name.endswith("_") or name.endswith("__"):
         return None
     packet = getattr(getattr(torch.ops, func.namespace), name[:-1], None)
     if not isinstance(packet, compat.OpOverloadPacket):
         return None
-    overload = getattr(packet, func._overloadname, None)
+    overload = getattr(packet, compat.overload_name(func), None)
     return overload if overload is not None else getattr(packet, "default", None)
 
 

@@ -15,6 +15,7 @@ from math import prod
 from torch import nn
 
 from modelprof.counting.formulas.registry import dot_madd, register_formula
+from modelprof.runtime import compat
 
 __all__: list[str] = []
 
@@ -26,18 +27,13 @@ def _linear(module, input_shapes, output_shapes):
     return {"Flops": macs, "MAdd": dot_madd(macs, tokens * module.out_features)}
 
 
-@register_formula(nn.modules.batchnorm._NormBase)
+@register_formula(compat.TORCHSTAT_NORM)
 def _batch_norm(module, input_shapes, output_shapes):
     numel = prod(input_shapes[0]) if input_shapes else 0
     return {"Flops": numel * (2 if module.affine else 1), "MAdd": 4 * numel}
 
 
-@register_formula(
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-    nn.modules.pooling._AdaptiveAvgPoolNd,
-    nn.modules.pooling._AdaptiveMaxPoolNd,
-)
+@register_formula(*compat.TORCHSTAT_POOLS)
 def _pool(module, input_shapes, output_shapes):
     return {"Flops": prod(input_shapes[0]) if input_shapes else 0}
 
