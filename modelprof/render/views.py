@@ -247,11 +247,10 @@ def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.
     compact = isinstance(columns, str) and columns == "compact"
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
-    if compact and "module" not in df.columns:
-        return df
     if compact:
-        keys = [c for c in _ROW_KEYS if c in df.columns]
-        columns = [*keys, *compact_columns(df)]
+        if "module" not in df.columns:
+            return df
+        columns = [*(c for c in _ROW_KEYS if c in df.columns), *compact_columns(df)]
     wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
     if unknown:
@@ -325,7 +324,9 @@ def own_flag(name: str) -> str:
     return f"{stem.removesuffix(suffix)}_rough"
 
 
-def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
+def is_rough_cell(frame: pd.DataFrame, r: int, name: str) -> bool:
+    """Cell (row ``r`` by position, column ``name``) of ``frame`` is rough, as
+    :func:`is_rough` judges a table's (a figure drawn from a frame marks it so too)."""
     if _flagged(frame, r, own_flag(name)):  # its own flag: a comparison's rough ratio
         return True
     if not ((c := registry.column(name)) and c.rough):
@@ -342,18 +343,12 @@ def _flagged(frame: pd.DataFrame, r: int, flag: str) -> bool:
     return flag in frame.columns and not _is_missing(v := frame[flag].iloc[r]) and bool(v)
 
 
-def is_rough_cell(frame: pd.DataFrame, r: int, name: str) -> bool:
-    """Cell (row ``r`` by position, column ``name``) of ``frame`` is rough, as
-    :func:`is_rough` judges a table's (a figure drawn from a frame marks it so too)."""
-    return _rough(frame, r, name)
-
-
 def is_rough(table: Table, r: int, name: str) -> bool:
     """Cell (row ``r``, column ``name``) is rough: a per-layer time on fewer passes than the stop
     rule promises (``latency_rough``), an efficiency against roofs probed on a busy machine
     (``efficiency_loaded``), an efficiency, MFU, HFU or MBU above 1 (the peak reads low), or a
     cell whose own ``<name>_rough`` flag is set (a comparison's ratio that its rounds dispute)."""
-    return table.units != "raw" and _rough(table.frame, r, name)
+    return table.units != "raw" and is_rough_cell(table.frame, r, name)
 
 
 def _is_missing(value: Any) -> bool:
@@ -412,10 +407,7 @@ _HUMAN: dict[str, Callable[[Any], str]] = {
 
 def _float(v: float) -> str:
     """A number of no known kind: two decimals, a large one in SI units (``29.03 G``)."""
-    return format_count(v) if abs(v) >= _LARGE_FLOAT else f"{v:.2f}"
-
-
-_LARGE_FLOAT = 1e6
+    return format_count(v) if abs(v) >= 1e6 else f"{v:.2f}"
 
 
 def _human_formatter(kind: str) -> Callable[[Any], str]:
@@ -577,7 +569,7 @@ def prepare_table(
     if units != "raw" and flags & set(rows.columns):
         cells = tuple(
             tuple(
-                ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
+                ROUGH_MARK + c if c != MISSING and is_rough_cell(rows, i, n) else c
                 for c, n in zip(row, names)
             )
             for i, row in enumerate(cells)
@@ -635,7 +627,8 @@ def _formatters(
             header, fmt = spec.header, _human_formatter(spec.kind)
         else:  # a median and its interval's bounds in one unit, read from all three
             family = [n for n in names if _interval_stem(n) == _interval_stem(name)]
-            values = [v for n in family for v in _column_values(shown, n, extras)]
+            values = [v for n in family for v in shown[n]]
+            values += [e[n] for n in family for e in extras if e is not None and n in e]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
         if units != "raw" and ("_ci_low" in name or "_ci_high" in name):  # an interval bound
             fmt = _missing_as(UNDEFINED, fmt)
@@ -650,13 +643,6 @@ def _interval_stem(name: str) -> str:
     for part in ("_ci_low", "_ci_high", "_median"):
         name = name.replace(part, "")
     return name
-
-
-def _column_values(
-    shown: pd.DataFrame, name: str, extras: Sequence[Mapping[str, Any] | None]
-) -> list[Any]:
-    """A column's cells and its footer values (``extras``)."""
-    return [*shown[name], *(e[name] for e in extras if e is not None and name in e)]
 
 
 def _footer(
