@@ -26,6 +26,5 @@ def emit(text: str, path: str | os.PathLike[str] | None) -> str | Path:
     if target.is_dir():
         raise ModelProfError(f"path {str(target)!r} is a directory; give a file name")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
+    target.write_text(text, encoding="utf-8", newline="")
     return target

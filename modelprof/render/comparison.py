@@ -328,7 +328,7 @@ def export_comparison(
     compact = isinstance(columns, str) and columns == "compact"
     if not fmt.human:  # (the index, model, is written as ever)
         columns = _raw_columns(df, fmt.name, columns)
-    if fmt.human:
+    else:
         given = given.fit_for(columns, view)
         columns = _default_columns(df) if columns is None or compact else columns
         shown = _shown(df, columns)  # the caption speaks of the columns the table shows

@@ -63,12 +63,11 @@ def _scaled(value: float, prefixes: Sequence[tuple[float, str]], decimals: int) 
     step = prefixes[1][0] / base_scale
     if abs(value) < step and value.is_integer():
         return str(int(value)), base_symbol
-    for i, (scale, symbol) in enumerate(prefixes):
+    for scale, symbol in prefixes:  # (the last prefix takes any size)
         mantissa = round(value / scale, decimals)
-        last = i == len(prefixes) - 1
-        if abs(mantissa) < step or last:
-            return f"{mantissa:.{decimals}f}", symbol
-    raise AssertionError("unreachable")
+        if abs(mantissa) < step:
+            break
+    return f"{mantissa:.{decimals}f}", symbol
 
 
 def format_count(value: float | int | None, *, decimals: int = 2, unit: str = "") -> str:
@@ -93,14 +92,6 @@ def format_rate(per_second: float | int | None, unit: str, *, decimals: int = 2)
     return format_count(per_second, decimals=decimals, unit=unit)
 
 
-def _fixed_for_significant(x: float) -> str:
-    """Format ``x`` (already rounded to 3 significant figures) keeping trailing zeros: 3.1 -> 3.10."""
-    if x == 0:
-        return "0"
-    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
-    return f"{x:.{decimals}f}"
-
-
 def format_time_ms(ms: float | int | None) -> str:
     """A duration given in milliseconds: ``3.1 -> "3.10 ms"``, ``0.85 -> "850 µs"``, ``1250 -> "1.25 s"``."""
     if _missing(ms):
@@ -110,11 +101,13 @@ def format_time_ms(ms: float | int | None) -> str:
         return "0 ms"
     if not math.isfinite(value):
         return f"{'inf' if value > 0 else '-inf'} ms"
-    for i, (scale, symbol) in enumerate(TIME_UNITS):
+    for scale, symbol in TIME_UNITS:  # (the last unit takes any size)
         mantissa = float(f"{value / scale:.3g}")  # 3 significant figures
-        if abs(mantissa) >= 1 or i == len(TIME_UNITS) - 1:
-            return f"{_fixed_for_significant(mantissa)} {symbol}"
-    raise AssertionError("unreachable")
+        if abs(mantissa) >= 1:
+            break
+    # the trailing zeros of the 3 significant figures kept: 3.1 -> 3.10
+    decimals = max(0, 2 - math.floor(math.log10(abs(mantissa))))
+    return f"{mantissa:.{decimals}f} {symbol}"
 
 
 def format_percent(percent: float | int | None, *, decimals: int = 2) -> str:
