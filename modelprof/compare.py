@@ -301,14 +301,18 @@ class _Run:
             options=self.opts,
             **self.profile_options,
         )
-        row = _report_row(report, size, self.inputs, self.batch_size)
+        totals = {c: report.totals[c] for c in _TOTAL_COLUMNS if c in report.totals}
+        row = {"input_shape": _input_shape(size, self.inputs, self.batch_size), **totals}
         self.dtype_words[name] = report._dtype_words()  # as its report's caption says it
         if search is not None:  # before this model's timers, whose copies would take memory
             row.update(_throughput_row(name, model, size, self, *search))
         if timing:
             self.candidates.append(_candidate(name, model, size, self))
-            if self.backward:
-                self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
+            if self.backward:  # its training step's timer: profile(backward=True)'s clean passes
+                mi = self.candidates[-1].inputs
+                spec = _step_spec(self).for_inputs(mi.kwargs)
+                timer = StepTimer(model, mi, spec, self.mode, options=self.opts, label=name)
+                self.steps[name] = timer
         self.env = self.env or dict(report.env)
         return row
 
@@ -575,11 +579,6 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> tuple[d
     return sizes, inputs
 
 
-def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> dict[str, Any]:
-    totals = {c: report.totals[c] for c in _TOTAL_COLUMNS if c in report.totals}
-    return {"input_shape": _input_shape(size, inputs, batch_size), **totals}
-
-
 def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any, run: _Run) -> Snapshot:
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
@@ -616,12 +615,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     run.passed.add(mi.args, mi.kwargs)  # channels_last copies, where made
     mi.reset = run.passed.reset
     return Candidate(name, model, target, mi)
-
-
-def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
-    """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-    spec = _step_spec(run).for_inputs(candidate.inputs.kwargs)
-    return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
 
 
 def _step_spec(run: _Run) -> StepSpec:
@@ -806,8 +799,19 @@ def _throughput_row(
     opts: TimingOptions,
     search: dict[str, Any],
 ) -> dict[str, Any]:
-    try:
-        curve = _search_throughput(model, size, run, opts, search)
+    try:  # measure_throughput as the comparison asks it: its device, dtype and modes
+        curve = measure_throughput(
+            model,
+            size,
+            device=run.device,
+            dtype=run.dtype,
+            training=run.mode.training,
+            no_grad=run.mode.no_grad,
+            options=opts.replace(warn=False),  # said here, naming the model
+            # backward=True: whole training steps per second, as the step columns time them
+            measure=step_measure(size, _step_spec(run), run.mode) if run.backward else None,
+            **search,
+        )
     except ModelProfError as e:  # the counted row stands (a train-mode BatchNorm at batch 1)
         if not isinstance(e.__cause__, Exception) or isinstance(e.__cause__, ModelProfError):
             raise  # not the model's own run failing: the caller's option, target or device
@@ -836,21 +840,3 @@ def _throughput_row(
         "throughput_batch_size": best.batch_size,
         "throughput_samples_per_s_rough": bool(rough),
     }
-
-
-def _search_throughput(
-    model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
-) -> Any:
-    """``measure_throughput`` as the comparison asks it: its device, dtype and modes."""
-    return measure_throughput(
-        model,
-        size,
-        device=run.device,
-        dtype=run.dtype,
-        training=run.mode.training,
-        no_grad=run.mode.no_grad,
-        options=opts.replace(warn=False),  # said here, naming the model
-        # backward=True: whole training steps per second, as the step columns time them
-        measure=step_measure(size, _step_spec(run), run.mode) if run.backward else None,
-        **search,
-    )
