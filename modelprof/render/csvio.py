@@ -32,8 +32,6 @@ from modelprof.render.views import selected_frame, with_index
 
 __all__ = ["to_csv", "read_csv"]
 
-_TEXT = "str"
-
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
 _EMPTY_IS_MISSING = frozenset(registry.names("roofline", kind="text"))
@@ -114,7 +112,7 @@ def _infer(values: list[str], name: str) -> pd.Series:
 def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
     if dtype is None:
         return _infer(values, name)
-    if dtype == _TEXT:
+    if dtype == "str":
         na = name in _EMPTY_IS_MISSING
         return _text_series([None if na and v == "" else v for v in values], name)
     if dtype == "bool":
@@ -272,8 +270,7 @@ def read_csv(
         buffer: Any = io.StringIO(source)
         where = "CSV text"
     else:
-        buffer = checked_path("source", source)
-        where = buffer
+        buffer = where = checked_path("source", source)
         if not Path(buffer).is_file():
             raise ModelProfError(f"no CSV file at {where!r}")
     try:

@@ -125,10 +125,8 @@ class ViewOptions:
                 "if you like (such as 't' or '!htbp'; 'H' needs the float package and a table "
                 "that is not table*: float_env=False gives a bare tabular to place yourself)"
             )
-        check_count("depth", self.depth, 0)
-        check_count("top_k", self.top_k, 1)
-        check_count("max_rows", self.max_rows, 1)
-        check_count("indent", self.indent, 0)
+        for name, least in (("depth", 0), ("top_k", 1), ("max_rows", 1), ("indent", 0)):
+            check_count(name, getattr(self, name), least)
         if self.units is not None:
             _check_units(self.units)
         for name in ("caption", "label", "title"):
