@@ -95,12 +95,11 @@ class ViewOptions:
         """``view`` (or the defaults) with ``options`` applied and checked."""
         if view is not None and not isinstance(view, ViewOptions):
             raise ModelProfError(f"view={view!r} is not a ViewOptions")
-        _check_names(options, type(view) if view is not None else cls)
         for key in ("columns", "priority", "summary"):
             value = options.get(key)
             if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
                 options[key] = tuple(value)
-        return dataclasses.replace(view or cls(), **options)  # checked in __post_init__
+        return dataclasses.replace(view or cls(), **options)  # checked in __new__, __post_init__
 
     def __new__(cls, *args: Any, **options: Any) -> ViewOptions:
         _check_names(options, cls)  # ViewOptions(depht=1): named, not a bare TypeError

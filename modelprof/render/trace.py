@@ -135,12 +135,8 @@ def cost_args(row: Any) -> dict[str, Any]:
     """A row's costs for a slice's ``args`` (none without a row)."""
     if row is None:
         return {}
-    out: dict[str, Any] = {"module": row.module or "(root)", "type": row.type, "call": row.call}
-    for k in _COST_ARGS:
-        v = getattr(row, k, None)
-        if v is not None:
-            out[k] = int(v)
-    return out
+    costs = {k: int(v) for k in _COST_ARGS if (v := getattr(row, k, None)) is not None}
+    return {"module": row.module or "(root)", "type": row.type, "call": row.call, **costs}
 
 
 def trace_html(
