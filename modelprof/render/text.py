@@ -52,8 +52,7 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     out = [title] if title else []
     out += [_line(headers, widths, numeric), rule, *body]
     if footer:
-        out.append(rule)
-        out += [_line(r, widths, numeric) for r in footer]
+        out += [rule, *(_line(r, widths, numeric) for r in footer)]
     return "\n".join(out)
 
 
