@@ -68,11 +68,6 @@ def _bar_width(kind: str, value: Any) -> float | None:
     return min(max(v, 0.0), 100.0)
 
 
-def _table_id(table: Table, caption: str | None) -> str:
-    digest = hashlib.sha1(repr((table.headers, table.cells, table.footer, caption)).encode())
-    return "modelprof-" + digest.hexdigest()[:10]
-
-
 def _plain_cells(tag: str, row: Sequence[str], numeric: Sequence[bool]) -> str:
     """A header or footer row's cells, escaped, numbers right-aligned."""
     return "".join(
@@ -83,7 +78,8 @@ def _plain_cells(tag: str, row: Sequence[str], numeric: Sequence[bool]) -> str:
 def html_table(table: Table, *, caption: str | None = None, max_height: str | None = None) -> str:
     """Lay out a prepared :class:`Table` as an HTML fragment; with ``max_height`` (a CSS length
     such as ``"36em"``) the rows scroll under a sticky header."""
-    tid = _table_id(table, caption)
+    digest = hashlib.sha1(repr((table.headers, table.cells, table.footer, caption)).encode())
+    tid = "modelprof-" + digest.hexdigest()[:10]
     numeric = table.numeric
     frame = table.frame
     depths = list(frame["depth"]) if "depth" in frame.columns else None

@@ -218,23 +218,6 @@ def _interval_partner(name: str) -> str | None:
     return None
 
 
-def _fit_columns(
-    table: Table, limit_pt: float, font_size: str, priority: Sequence[str], *, chosen: bool
-) -> tuple[Table, str]:
-    """:func:`_drop_until_fits`, and the table with its font. Where that drops a column a paper
-    keeps (``priority`` up to ``output_shape``), the default ``\\small`` steps down to
-    ``\\footnotesize`` if that keeps more of those; a font the user ``chosen`` stays."""
-    fitted = _drop_until_fits(table, limit_pt, font_size, priority)
-    keep = priority[: priority.index("output_shape") + 1] if "output_shape" in priority else ()
-    lost = [c for c in keep if c in table.columns and c not in fitted.columns]
-    if chosen or font_size != _DEFAULT_FONT or not lost:
-        return fitted, font_size
-    smaller = _drop_until_fits(table, limit_pt, _SMALLER_FONT, priority)
-    if any(c in smaller.columns for c in lost):
-        return smaller, _SMALLER_FONT
-    return fitted, font_size
-
-
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
 
 DEFAULT_PRIORITY: tuple[str, ...] = default_priority(
@@ -360,7 +343,11 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         font_size=view.font_size or _DEFAULT_FONT,
     )
     width, fit, long = view.width, view.fit, view.long
-    _check_layout(view)
+    if fit not in FITS:
+        raise ModelProfError(f"fit={fit!r} is not one of {list(FITS)}")
+    if width not in WIDTHS:
+        raise ModelProfError(f"width={width!r} is not one of {list(WIDTHS)}")
+    _font_pt(view.font_size)  # validates
     n_lines = len(table.cells) + len(table.footer) + 1
     split = long is None and view.float_env and n_lines > LONG_ROWS
     long = bool(long)
@@ -394,13 +381,22 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
 
 
 def _fitted(table: Table, view: ViewOptions, chosen: bool) -> tuple[Table, ViewOptions]:
-    """The table with the columns ``fit`` keeps, and the view with the font it chose."""
+    """The table with the columns ``fit`` keeps (:func:`_drop_until_fits`), and the view with
+    the font it chose: where that drops a column a paper keeps (``priority`` up to
+    ``output_shape``), the default ``\\small`` steps down to ``\\footnotesize`` if that keeps
+    more of those; a font the user ``chosen`` stays."""
     if view.width is None or view.fit not in ("columns", "both"):
         return table, view
     target = NOMINAL_WIDTH_PT[view.width] * (_MAX_SHRINK if view.fit == "both" else 1.0)
     priority = view.priority or DEFAULT_PRIORITY
-    table, font_size = _fit_columns(table, target, view.font_size, priority, chosen=chosen)
-    return table, view.replace(font_size=font_size)
+    fitted = _drop_until_fits(table, target, view.font_size, priority)
+    keep = priority[: priority.index("output_shape") + 1] if "output_shape" in priority else ()
+    lost = [c for c in keep if c in table.columns and c not in fitted.columns]
+    if lost and not chosen and view.font_size == _DEFAULT_FONT:
+        smaller = _drop_until_fits(table, target, _SMALLER_FONT, priority)
+        if any(c in smaller.columns for c in lost):
+            return smaller, view.replace(font_size=_SMALLER_FONT)
+    return fitted, view
 
 
 def latex_columns(df: Any, view: ViewOptions) -> tuple[str, ...]:
@@ -441,14 +437,6 @@ def _checked_label(label: str | None) -> str | None:
             "specially: use letters, digits and ':', '-', '_', '.'"
         )
     return label
-
-
-def _check_layout(view: ViewOptions) -> None:
-    if view.fit not in FITS:
-        raise ModelProfError(f"fit={view.fit!r} is not one of {list(FITS)}")
-    if view.width not in WIDTHS:
-        raise ModelProfError(f"width={view.width!r} is not one of {list(WIDTHS)}")
-    _font_pt(view.font_size)  # validates
 
 
 def _longtable(table: Table, head: list[str], body: list[str], view: ViewOptions) -> list[str]:

@@ -102,7 +102,13 @@ class ViewOptions:
         return dataclasses.replace(view or cls(), **options)  # checked in __new__, __post_init__
 
     def __new__(cls, *args: Any, **options: Any) -> ViewOptions:
-        _check_names(options, cls)  # ViewOptions(depht=1): named, not a bare TypeError
+        """Refuse names that are no view option (``ViewOptions(depht=1)``) with the nearest one
+        for a misspelling, not a bare TypeError."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            near = nearest_keywords(unknown, names)
+            raise ModelProfError(f"unknown view option(s) {unknown}{near}; valid: {sorted(names)}")
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
@@ -189,16 +195,6 @@ class ViewOptions:
 
 #: a CSS value that stays one: no character that ends it, its rule or the style element
 _CSS_VALUE = re.compile(r"[^;{}<>\"'\\]+")
-
-
-def _check_names(options: Mapping[str, Any], cls: type) -> None:
-    """Refuse names that are no view option of ``cls`` (ViewOptions or a subclass with fields
-    of its own), with the nearest one for a misspelling."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(options) - set(names))
-    if unknown:
-        near = nearest_keywords(unknown, names)
-        raise ModelProfError(f"unknown view option(s) {unknown}{near}; valid: {sorted(names)}")
 
 
 def _check_units(units: Any) -> str:
