@@ -378,10 +378,8 @@ def _table(
     df = Comparison(pd.DataFrame.from_dict(rows, orient="index").reindex(list(rows)))
     df.index.name = "model"
     base = df.loc[baseline]
-    for ratio, column in _RATIOS.items():
-        if ratio in df.columns:  # measured as a ratio (latency_x: paired, interleaved)
-            continue
-        if column in df.columns:
+    for ratio, column in _RATIOS.items():  # latency_x is measured: paired, interleaved
+        if column in df.columns and ratio not in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
     flag = "throughput_samples_per_s_rough"
     if flag in df.columns:  # a ratio with a rough side is rough; the caption says whose

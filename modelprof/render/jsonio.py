@@ -113,11 +113,10 @@ def to_json(
     if not _is_default_index(df.index):
         if isinstance(df.index, pd.MultiIndex):
             raise ModelProfError("to_json cannot write a table with a MultiIndex")
-        idx = pd.Series(df.index, dtype=df.index.dtype)
         index = {
             "name": df.index.name,
             "dtype": str(df.index.dtype),
-            "values": _encode_column(idx, "<index>"),
+            "values": _encode_column(pd.Series(df.index, dtype=df.index.dtype), "<index>"),
         }
     document = {
         "format": FORMAT,
