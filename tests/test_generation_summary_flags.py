@@ -10,6 +10,7 @@ from helpers import blocked
 from torch import nn
 
 from modelprof import profile_generation
+from modelprof.generation.report import GenerationReport
 from modelprof.generation.timing import GenerationTiming, stable_flags
 from modelprof.timing.measurement import Measurement
 
@@ -48,3 +49,22 @@ def test_stable_flags_keep_true_false_and_cannot_judge():
     df = stable_flags(pd.DataFrame({"tpot_stable": [True, None, False], "tpot_ms": [1.0, 2, 3]}))
     assert str(df["tpot_stable"].dtype) == "boolean" and df["tpot_ms"].dtype == float
     assert df["tpot_stable"].isna().tolist() == [False, True, False]
+
+
+def test_the_markdown_document_writes_notes_and_names_as_text_not_markup(monkeypatch):
+    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
+    report = profile_generation(
+        model,
+        prompt_len=4,
+        new_tokens=3,
+        step=lambda tokens, cache: (model(tokens), cache),
+        timing=False,
+    )
+    report.model_name = "__main__.Net<v2>"
+    notes = ["ttft *loaded*: <1 ms apart", "- not a list item"]  # as a timing note could say
+    monkeypatch.setattr(GenerationReport, "timing_notes", property(lambda self: notes))
+    md = str(report.to_markdown())
+    # each character Markdown reads as markup escaped, as the per-layer document's notes are
+    assert md.startswith("# \\_\\_main\\_\\_.Net\\<v2\\>: generation")
+    assert "- ttft \\*loaded\\*: \\<1 ms apart\n" in md
+    assert "- \\- not a list item\n" in md

@@ -164,17 +164,17 @@ def test_group_by_layer_type_in_every_exporter(tmp_path, timed):
 
 def test_a_markdown_export_is_a_document_with_the_caption_and_summary(tmp_path, timed):
     # a newcomer's .md file was the bare table: no model, input, device or timing line
-    from modelprof.render.markdown import _prose
+    from modelprof.render.markdown import prose
 
     md = timed.to_markdown()
     lines = md.splitlines()
     summary = timed.summary().splitlines()
     # (escaped as text: a loaded run's caption says which columns "~" marks rough)
-    assert lines[0] == f"**{_prose(timed._title())}**" and lines[1] == ""
+    assert lines[0] == f"**{prose(timed._title())}**" and lines[1] == ""
     table = _table_lines(md)
     assert lines[2 : 2 + len(table)] == table and lines[2 + len(table)] == ""
     # then every summary line, listed
-    assert lines[3 + len(table) :] == [f"- {_prose(line)}" for line in summary]
+    assert lines[3 + len(table) :] == [f"- {prose(line)}" for line in summary]
     assert md.endswith("\n") and timed.export("md", tmp_path / "n.md").read_text() == md
     # standalone=False: the bare table, as a cell of a larger document takes it; said in a
     # ViewOptions too (its unset default, None, let a report's page default override a False)
@@ -187,20 +187,20 @@ def test_a_markdown_export_is_a_document_with_the_caption_and_summary(tmp_path, 
 
 def test_markdown_prose_is_escaped_as_text():
     # a caption or note is text: markup in a model's name must not render as markup or HTML
-    from modelprof.render.markdown import _prose
+    from modelprof.render.markdown import prose
 
-    assert _prose("a <img src=x> *b* [l](u) `c` ~~s~~") == (
+    assert prose("a <img src=x> *b* [l](u) `c` ~~s~~") == (
         "a \\<img src=x\\> \\*b\\* \\[l\\](u) \\`c\\` \\~\\~s\\~\\~"
     )
     # an underscore inside a word is none (GitHub's Markdown), one that opens or closes is,
     # and a run of them (__main__) is escaped whole
-    assert _prose("latency_x _em_") == "latency_x \\_em\\_"
-    assert _prose("__main__.Net") == "\\_\\_main\\_\\_.Net"
+    assert prose("latency_x _em_") == "latency_x \\_em\\_"
+    assert prose("__main__.Net") == "\\_\\_main\\_\\_.Net"
     # nor does a line open a heading or a nested list, or name an entity; no padding inside **
-    assert _prose("# h") == "\\# h" and _prose("- y") == "\\- y"
-    assert _prose("1. base failed") == "1\\. base failed" and _prose("2) x") == "2\\) x"
-    assert _prose("a &amp; b") == "a \\&amp; b" and _prose(" padded ") == "padded"
-    assert _prose("a\\b\nc") == "a\\\\b c"
+    assert prose("# h") == "\\# h" and prose("- y") == "\\- y"
+    assert prose("1. base failed") == "1\\. base failed" and prose("2) x") == "2\\) x"
+    assert prose("a &amp; b") == "a \\&amp; b" and prose(" padded ") == "padded"
+    assert prose("a\\b\nc") == "a\\\\b c"
 
 
 def test_torchstat_style_takes_a_depth(static):

@@ -25,6 +25,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming, fit_slope, stable_flags
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
+from modelprof.render.markdown import prose
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
 from modelprof.render.views import compact_columns, default_priority
@@ -478,14 +479,15 @@ class GenerationReport(Exports):
                 f"{', '.join(f'{k}={getattr(given, k)!r}' for k in asked)}: pass "
                 "standalone=False for the per-layer table alone, which takes them"
             )
-        parts = [f"# {self._heading()}", "", "## Summary", "", _md(self.summary())]
+        # (the notes, the model's name and the device are text, never markup: render.markdown)
+        parts = [f"# {prose(self._heading())}", "", "## Summary", "", _md(self.summary())]
         parts += ["", "## Phases", "", _md(self.phase_table())]
         if self.timing_notes:
-            parts += ["", "## Timing notes", "", *(f"- {note}" for note in self.timing_notes)]
+            parts += ["", "## Timing notes", "", *(f"- {prose(n)}" for n in self.timing_notes)]
         if self.conventions:
-            parts += ["", "## Conventions", "", *(f"- {note}" for note in self.conventions)]
+            parts += ["", "## Conventions", "", *(f"- {prose(n)}" for n in self.conventions)]
         if self.peaks is not None:
-            parts += ["", f"{self._bound_caption()}."]
+            parts += ["", f"{prose(self._bound_caption())}."]
         if self.kv is not None:
             kv = {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}
             parts += ["", "## KV cache", "", _md(pd.DataFrame([kv]))]

@@ -9,7 +9,7 @@ from modelprof.render.options import ViewOptions
 from modelprof.render.text import escape_control
 from modelprof.render.views import Table
 
-__all__ = ["to_markdown", "markdown_table"]
+__all__ = ["to_markdown", "markdown_table", "prose"]
 
 
 def _escape(cell: str) -> str:
@@ -52,14 +52,14 @@ def _document(table: Table, view: ViewOptions, to_file: bool) -> str:
     text = markdown_table(table) + "\n"
     if not view.standalone:
         return text
-    caption = _prose(view.caption) if view.caption else ""
+    caption = prose(view.caption) if view.caption else ""
     head = f"**{caption}**\n\n" if caption else ""
-    notes = [_prose(line) for line in view.summary if line != view.caption]
+    notes = [prose(line) for line in view.summary if line != view.caption]
     tail = "".join(f"- {line}\n" for line in notes if line)
     return head + text + ("\n" + tail if tail else "")
 
 
-def _prose(line: str) -> str:
+def prose(line: str) -> str:
     """``line`` as literal Markdown text inside a paragraph or list item (:func:`_literal`),
     not opening a heading or a list."""
     line = _literal(escape_control(line.replace("\n", " ")).strip())
