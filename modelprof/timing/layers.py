@@ -378,7 +378,7 @@ class _Instrument:
         """One plain pass (ms); on the CPU its thread CPU time kept beside the instrumented."""
         if self.cpu_ms is None:
             return float(self.clock.time([self.forward], 1, self.reset)[0, 0])
-        cpu, perf = time.thread_time_ns, getattr(self.clock, "now_ns", time.perf_counter_ns)
+        cpu, perf = time.thread_time_ns, self.clock.now_ns
         self.reset()
         # the clock read inline: the CPU time beside it spans what the instrumented pass's does
         c2 = cpu()
@@ -415,7 +415,7 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
     forward = functools.partial(chain, x)
     plan = discover(chain, forward, CallPlan(module_names(chain)))
     inst = _Instrument(chain, plan, clock, forward)
-    perf = getattr(clock, "now_ns", time.perf_counter_ns)
+    perf = clock.now_ns
     empty = nn.Sequential()
     for _ in range(3):
         inst.warm_step()
@@ -511,9 +511,7 @@ def time_layers(
     mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
     run = _LayerRun(model, (args, kwargs), names, opts, mode, model_inputs.batch_size)
     run.reset = model_inputs.reset
-    calibrated = None
-    if hook_cost is None and opts.correct_overhead:
-        calibrated = calibrate_hooks(run.clock)
+    calibrated = calibrate_hooks(run.clock) if hook_cost is None and opts.correct_overhead else None
     run.execute(memory_stats)
     if calibrated is not None:
         hook_cost = _measured_hook_cost(run, calibrated)
@@ -539,7 +537,7 @@ class _LayerRun(Runner):
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
         self.warm_key = (model, input_signature(*call, device=str(self.dev), **self.flags))
-        self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
+        self.live: list[int] = []  # the open calls of the pass running now (errors)
         self.plan: CallPlan | None = None
         self.peaks = None
         self.reset: Callable[[], Any] | None = None
@@ -568,13 +566,12 @@ class _LayerRun(Runner):
     def _where(self) -> str:
         """The call open where the forward failed (the discovery pass's stack is empty by
         then: the calls it kept)."""
-        plan, stack = self.plan, self.live[0]
+        plan, stack = self.plan, self.live
         if plan is not None and stack is plan.stack and not stack:
             stack = plan.failed
-        if not stack:
+        if not stack:  # (no plan yet: no call open either)
             return f"the model ({self.label})"
-        keys = plan.keys if plan is not None else []
-        name, call = keys[stack[-1]] if stack[-1] < len(keys) else ("?", 0)
+        name, call = plan.keys[stack[-1]]
         return f"module '{name}'" + (f" (call {call})" if call > 1 else "")
 
     def execute(self, memory_stats: MemoryStats | None) -> None:
@@ -583,14 +580,14 @@ class _LayerRun(Runner):
             self.guarded(lambda: self._passes(memory_stats))
 
     def _passes(self, memory_stats: MemoryStats | None) -> None:
-        model, live = self.model, self.live
+        model = self.model
         self.plan = plan = CallPlan(self.names)
-        live[0] = plan.stack
+        self.live = plan.stack
         discover(model, self.fresh_forward, plan)
         self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
         if communicates(model):
             inst.comm = CommStamps(self.clock, inst.calls.current)
-        live[0] = inst.calls.open
+        self.live = inst.calls.open
         est = self.warm_with(inst.warm_step, self.already_warm)
         with gc_paused() as between_blocks:
 
@@ -610,7 +607,7 @@ class _LayerRun(Runner):
         """One forward reading the allocator peak of every call (warm: after the timed passes)."""
         peaks = _Peaks(stats)
         calls = Calls(self.plan, peaks)
-        self.live[0] = calls.open
+        self.live = calls.open
         with calls.hooked(self.model, self.names):
             self.fresh_forward()
         keys, peak = self.plan.keys, peaks.tracker.peak
