@@ -473,33 +473,29 @@ class _KernelRun(Runner):
 
     def _pass(self, p: int) -> None:
         """Hooked pass ``p`` (in its pass range), then a plain one; host times of both."""
-        perf, calls = time.perf_counter_ns, self.calls
-        self.reset()
+        calls = self.calls
         calls.begin()
         with calls.hooked(self.model, self.names, always=True):
-            t0 = perf()
-            with fast_range(f"{PASS_RANGE}{p}"):
-                out = self.forward()
-            if self.backward:  # the engine's work, mapped back to the forward calls later
-                _backward(out, self.params)
-            t1 = perf()
-            self.clock.sync()
-            t2 = perf()
+            hooked_issue, wall = self._plain(fast_range(f"{PASS_RANGE}{p}"))
         calls.check_complete()
-        issue, wall = self._plain()
+        issue, plain_wall = self._plain()
         if p > 0:
-            self.hooked_issue.append((t1 - t0) / 1e6)
-            self.walls.append((t2 - t0) / 1e6)
+            self.hooked_issue.append(hooked_issue)
+            self.walls.append(wall)
             self.plain_issue.append(issue)
-            self.plain_walls.append(wall)
+            self.plain_walls.append(plain_wall)
 
-    def _plain(self) -> tuple[float, float]:
-        """A pass of the model alone: (ms to issue it, ms to its end on the device)."""
+    def _plain(
+        self, scope: contextlib.AbstractContextManager = contextlib.nullcontext()
+    ) -> tuple[float, float]:
+        """A pass of the model (its forward inside ``scope``: a hooked pass's range): (ms to
+        issue it, ms to its end on the device)."""
         perf = time.perf_counter_ns
         self.reset()
         t0 = perf()
-        out = self.forward()
-        if self.backward:
+        with scope:
+            out = self.forward()
+        if self.backward:  # the engine's work, mapped back to the forward calls later
             _backward(out, self.params)
         t1 = perf()
         self.clock.sync()
