@@ -87,8 +87,7 @@ def thread_share(cpu_kind: str | None, cpu_ms: float, other_ms: float) -> float 
 
 class _HostStamps(StampBuffer):
     def __init__(self, size: int, device: torch.device, clock: Callable[[], int]) -> None:
-        self.ns = [0] * size
-        ns = self.ns
+        self.ns = ns = [0] * size
         if device.type == "cpu":
 
             def record(i: int) -> None:
@@ -109,8 +108,7 @@ class _HostStamps(StampBuffer):
 class _EventStamps(StampBuffer):
     def __init__(self, size: int, device: torch.device) -> None:
         self.device = device
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(size)]
-        events = self.events
+        self.events = events = [torch.cuda.Event(enable_timing=True) for _ in range(size)]
 
         def record(i: int) -> None:
             # the measured device's current stream, whichever device is current in the caller
