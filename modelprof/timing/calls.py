@@ -127,12 +127,9 @@ class Calls:
         self.open.append(i)
         self.enter(i)
 
-    def post(self, module: nn.Module, output: Any) -> None:
-        if self.open:
-            self.exit(self.open.pop())
-
-    def post_always(self, module: nn.Module, a: Any, k: Any, output: Any, raised: bool) -> None:
-        # also when the call raised: a model that catches it goes on with its calls nested
+    def post(self, module: nn.Module, *_: Any) -> None:
+        # (hooked ``always``, also when the call raised: a model that catches it goes on with
+        # its calls nested)
         if self.open:
             self.exit(self.open.pop())
 
@@ -164,8 +161,7 @@ class Calls:
     ) -> Iterator[None]:
         """The hooks on ``model``'s calls; ``always``: the exit also of a call that raised."""
         pre = self.pre if self.plan is not None else self.counted_pre
-        post = self.post_always if always else self.post
-        with module_hooks(model, pre, post, names, post_with_inputs=always):
+        with module_hooks(model, pre, self.post, names, post_with_inputs=always):
             yield
 
     def _out_of_order(self, module: nn.Module, i: int) -> ModelProfError:
