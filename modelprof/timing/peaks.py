@@ -164,12 +164,9 @@ _DTYPE_NAMES: dict[str, str] = {
 
 def _dtype_name(dtype: torch.dtype | str) -> str:
     """Canonical name: float32, tf32, float16, bfloat16 or float64."""
-    if isinstance(dtype, torch.dtype):
-        key = str(dtype).removeprefix("torch.")
-    elif isinstance(dtype, str):
-        key = dtype.strip().lower().removeprefix("torch.")
-    else:
+    if not isinstance(dtype, (torch.dtype, str)):
         raise ModelProfError(f"dtype must be a torch.dtype or a name, got {dtype!r}")
+    key = str(dtype).strip().lower().removeprefix("torch.")  # (a dtype's: "torch.float32")
     if key not in _DTYPE_NAMES:
         raise ModelProfError(
             f"dtype {dtype!r} has no roofline peak; use one of float32, tf32, float16, bfloat16, float64"
