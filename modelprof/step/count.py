@@ -142,15 +142,11 @@ class BackwardScope:
     """The cost entry of the call whose node autograd is running (``OpCounter``'s tracker).
 
     The engine runs the derivatives with grad off, so an op run with grad on is activation
-    checkpointing's recomputation of the forward: with ``recompute`` given, it is charged to
-    that call's ``recompute`` entry."""
+    checkpointing's recomputation of the forward: it is charged to that call's ``recompute``
+    entry."""
 
     def __init__(
-        self,
-        tags: NodeTags,
-        costs: list[PassCost],
-        loss: PassCost,
-        recompute: list[PassCost] | None = None,
+        self, tags: NodeTags, costs: list[PassCost], loss: PassCost, recompute: list[PassCost]
     ) -> None:
         self.tags = tags
         self.costs = costs
@@ -159,18 +155,15 @@ class BackwardScope:
         self.pending_params: dict[int, torch.Tensor] = {}
         self.last: int | None = None  # the call of the node that ran the latest op
 
-    def cost_of(self, call: int) -> PassCost:
-        return self.loss if call == LOSS or not 0 <= call < len(self.costs) else self.costs[call]
-
     @property
     def current(self) -> PassCost:
         node = compat.current_autograd_node()
         if node is None:  # before the engine runs a node: the seed gradient of the loss
             return self.loss
         call = self.last = self.tags.call_of(node)
-        if self.recompute is not None and torch.is_grad_enabled() and 0 <= call < len(self.costs):
-            return self.recompute[call]
-        return self.cost_of(call)
+        if not 0 <= call < len(self.costs):  # the loss's (LOSS)
+            return self.loss
+        return self.recompute[call] if torch.is_grad_enabled() else self.costs[call]
 
 
 class SavedBytes:
