@@ -287,11 +287,7 @@ class _Instrumented:
         """A pre-hook for the backward's first node: queues a callback that stamps the start
         of the engine's final callbacks (queued first, it runs before DDP's and FSDP2's)."""
         final = functools.partial(hit, self.n_calls + 1)
-
-        def hook(*_: Any) -> None:
-            compat.queue_backward_callback(final)
-
-        return hook
+        return lambda *_: compat.queue_backward_callback(final)
 
     def _split(self, tags: np.ndarray, d: np.ndarray) -> np.ndarray:
         """The pass's per-column ms, the stretch after the engine's last node (the final
@@ -468,14 +464,6 @@ def device_bytes(tensors: list[torch.Tensor | None], device: torch.device) -> in
     return sum(storages.values())
 
 
-def _compiled(model: nn.Module, runner: nn.Module) -> nn.Module:
-    """``runner`` (the user's ``torch.compile``'d model's original, or a copy of it) compiled
-    as ``model`` is: the model itself where the steps run on its original."""
-    return (
-        model if runner is compat.compiled_original(model) else compat.compiled_like(model, runner)
-    )
-
-
 def _local_values(model: nn.Module) -> Snapshot:
     """This rank's part of each parameter, its values kept by a snapshot (the one restorer):
     what an optimizer step on the model itself changes."""
@@ -543,8 +531,11 @@ class StepTimer(Runner):
         leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
         target = move_target(spec.target, dev, dtype)
         self.flusher = CacheFlusher(dev) if opts.cold_cache else None
-        # a torch.compile'd model: the clean steps run compiled, as the user's model does
-        clean = None if original is None else _compiled(model, runner)
+        # a torch.compile'd model: the clean steps run compiled, as the user's model does (the
+        # model itself where they run on its original, else ``runner`` compiled as it is)
+        clean = None
+        if original is not None:
+            clean = model if runner is original else compat.compiled_like(model, runner)
         self.step = _Step(
             runner, args, kwargs, target, spec, dev, opts.amp, params, leaves, inputs.reset, clean
         )
@@ -610,15 +601,11 @@ class StepTimer(Runner):
         return out
 
     # -- instrumented passes and memory ---------------------------------------------------
-    def instrument(self, n_calls: int) -> _Instrumented:
-        """The instrumented pass (``.one()`` runs one), for callers that schedule passes."""
-        return _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
-
     def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
         """Per-call backward times over separate instrumented passes (same stop rule), on the
         eager modules (``eager_view``: a compiled module's original in its place)."""
         with eager_view(self.runner):
-            inst = self.instrument(n_calls)
+            inst = _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
             self.step.restore()
             est = self.warm_with(inst.one, already_warm=True, counted=False)
             for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
@@ -628,10 +615,9 @@ class StepTimer(Runner):
 
     def peak_memory(self, stats: MemoryStats) -> int:
         """The allocator peak over one whole step (its statistics reset just before), less what
-        only modelprof holds on the device: the copy of the model beside the user's own and the
-        parameters' snapshot each block starts from (on an H200, resnet18 at batch 8: 447.1 MB
-        with them, 100.6 MB more than a plain step's 346.0 MB; the step's own peak above the
-        memory in use when it began, 226.7 against 226.1 MB)."""
+        only modelprof holds on the device (:meth:`held_bytes`; on an H200, resnet18 at batch 8:
+        447.1 MB with it, 100.6 MB more than a plain step's 346.0 MB; the step's own peak above
+        the memory in use when it began, 226.7 against 226.1 MB)."""
         step = self.step
         step.restore()
         step.clear()
