@@ -111,16 +111,13 @@ def outermost(intervals: Sequence[tuple[int, int]]) -> list[int]:
 def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> PassReading:
     """Charge ``activities`` to the calls of ``spans`` (module call ranges of one pass)."""
     busy, idle = np.zeros(n + 1), np.zeros(n + 1)
-    launches = np.zeros(n + 1, dtype=np.int64)
-    if not activities:
-        return PassReading(busy, idle, launches, 0.0)
     owner = innermost(spans, [(a.launch_ns, a.thread) for a in activities])
     owner = [n if o < 0 else o for o in owner]
     launches = np.bincount(owner, minlength=n + 1)
     # the sweep: ends before starts at one instant; work of no length (a 0 ns memset) is a
     # launch, not swept (its end would sort before its start and leave it running)
     timed = [i for i, a in enumerate(activities) if a.end_ns > a.start_ns]
-    if not timed:
+    if not timed:  # (no activity at all too)
         return PassReading(busy, idle, launches, 0.0, *_in_order(activities, owner))
     marks = sorted(
         [(activities[i].end_ns, 0, i) for i in timed]
