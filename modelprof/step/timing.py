@@ -436,10 +436,9 @@ class _Instrumented:
         excess = np.sort((np.asarray(instrumented) - plain) / per_pass)
         low, _ = within_ci(excess, 0.95)
         per = max(float(np.median(excess)), 0.0)
-        sizes = {len(ms) for _, ms in self.segments}
         cheapest = (
             float(np.median(np.vstack([ms for _, ms in self.segments]), axis=0).min())
-            if len(sizes) == 1
+            if len(set(per_pass)) == 1
             else math.inf
         )
         capped = per > cheapest
