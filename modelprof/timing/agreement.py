@@ -250,22 +250,19 @@ class TimingAgreement:
                 f"quote {w['clean']} {_ms(self.clean_ms)} for the model as it runs, and "
                 f"{w['rows']} by their {w['share']}"
             )
-        head += (
-            w["slower"]
-            if self.quote == "clean"
-            else "so the machine's load changed between the two"
-        )
         if self.quote == "clean":
+            why = w["slower"]
             advice = (
                 f"quote {w['clean']} {_ms(self.quote_ms)} (the faster window: load "
                 f"only adds time) and read {w['rows']} by their {w['share']}, not their ms"
             )
         else:
+            why = "so the machine's load changed between the two"
             advice = (
                 f"quote {w['quoted']} {_ms(self.quote_ms)} (the faster window: load only "
                 f"adds time; the clean runs were slowed) and {w['rows']} as measured"
             )
-        return f"{head}; {advice}{self._cpu_work()}"
+        return f"{head}{why}; {advice}{self._cpu_work()}"
 
     def _cpu_work(self) -> str:
         """On a loaded CPU where it holds, the clean runs' CPU work (the figure the
