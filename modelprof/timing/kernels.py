@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -395,11 +396,8 @@ def time_kernels(
     model, args, kwargs, names = layer_call(model, model_inputs, opts, modules)
     mode = RunMode(training=training, no_grad=no_grad and not backward, amp=opts.amp, device=dev)
     reset = model_inputs.reset or (lambda: None)
-    call = completing(model)  # a pass ends when the collectives it started have
-
-    def forward() -> Any:
-        return call(*args, **kwargs)
-
+    # a pass ends when the collectives it started have
+    forward = functools.partial(completing(model), *args, **kwargs)
     passes = opts.stop.repeat or opts.stop.min_samples
     run = _KernelRun(model, forward, reset, names, opts, mode)
     run.backward = bool(backward)

@@ -531,8 +531,9 @@ class _LayerRun(Runner):
         batch_size: int = 1,
     ) -> None:
         super().__init__(opts, mode.device, model_label(model), batch_size)
-        self.model, (self.args, self.kwargs) = model, call
-        self.call = completing(model)  # a pass ends when the collectives it started have
+        self.model = model
+        # a pass ends when the collectives it started have
+        self.forward = functools.partial(completing(model), *call[0], **call[1])
         self.names, self.mode = names, mode
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
@@ -541,9 +542,6 @@ class _LayerRun(Runner):
         self.plan: CallPlan | None = None
         self.peaks = None
         self.reset: Callable[[], Any] | None = None
-
-    def forward(self) -> Any:
-        return self.call(*self.args, **self.kwargs)
 
     def fresh_forward(self) -> Any:
         """An untimed pass, on the inputs every pass sees."""
