@@ -79,19 +79,6 @@ _AS_GIVEN = (*_FLAGS, "clock", "seed", "per_layer", "latency_mode")
 _STOP_OPTIONS = tuple(f.name for f in dataclasses.fields(StopRule) if f.name in OPTION_NAMES)
 
 
-def _check_modes(values: dict[str, Any]) -> None:
-    """``clock``, ``per_layer`` and ``latency_mode`` name a mode each; a pipelined run times no
-    transfer."""
-    for name, allowed in _MODES.items():
-        if values[name] not in allowed:
-            raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}")
-    if values["latency_mode"] == "pipelined" and values["transfer"]:
-        raise ModelProfError(
-            "latency_mode='pipelined' with transfer=True: a pipelined stream overlaps the "
-            "copies with compute, so the three parts cannot be told apart; use one or the other"
-        )
-
-
 #: other tools' names for what profile() takes otherwise (torchinfo, ptflops, thop)
 _PEER_NAMES = {"input_data": "inputs", "input_res": "input_size", "input_shape": "input_size"}
 
@@ -166,7 +153,15 @@ class TimingOptions:
         check_option_names(kwargs)
         values = (TimingOptions() if options is None else options).as_kwargs()
         values.update(kwargs)
-        _check_modes(values)
+        for name, allowed in _MODES.items():
+            if values[name] not in allowed:
+                raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}")
+        if values["latency_mode"] == "pipelined" and values["transfer"]:
+            raise ModelProfError(
+                "latency_mode='pipelined' with transfer=True: a pipelined stream overlaps the "
+                "copies with compute, so the three parts cannot be told apart; use one or the "
+                "other"
+            )
         compile_kwargs = values["compile_kwargs"]
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
             raise ModelProfError(f"compile_kwargs={compile_kwargs!r} must be a dict or None")
