@@ -35,7 +35,6 @@ __all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
 
 LOSS_ROW = "(loss)"
 OPTIMIZER_ROW = "(optimizer)"
-_NAN = float("nan")
 
 
 @dataclasses.dataclass(eq=False)
@@ -123,7 +122,7 @@ def step_columns(
     own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
     inc, inc_saved = subtree_sums(records, own), subtree_sums(records, own_saved)
-    total, comm = _NAN, None
+    total, comm = float("nan"), None
     if timing is not None:
         calls = timing.calls_ms
         inc_time = subtree_sums(records, calls[:, :n])
