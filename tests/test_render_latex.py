@@ -443,3 +443,15 @@ def test_a_caption_of_ones_own_keeps_the_tables_legend():
     )
     assert caption.startswith(r"\caption{Two. ") and "rank (1 = lowest" in caption
     assert "baseline a" not in caption  # (the run's own words stay the user's to choose)
+
+
+def test_a_comparison_frame_of_the_users_own_gets_no_empty_caption() -> None:
+    from modelprof.render.comparison import export_comparison
+
+    # a frame built by hand: no attrs, so nothing to caption; an empty \caption{} would still
+    # number it "Table 1:" with nothing after
+    df = pd.DataFrame(
+        {"params": [10, 20], "latency_ms": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="model")
+    )
+    out = export_comparison(df, "latex")
+    assert "\\caption" not in out and "\\begin{tabular}" in out

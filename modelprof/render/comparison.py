@@ -340,7 +340,7 @@ def export_comparison(
         if fmt.name == "latex":  # the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
             ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
-            caption = "; ".join(c for c in (caption, *ranks) if c)
+            caption = "; ".join(c for c in (caption, *ranks) if c) or None  # none: no \caption
             legend = "; ".join(c for c in (legend, *ranks) if c)
         else:
             df, columns = _rank_said(df, columns)
