@@ -219,6 +219,18 @@ def test_torchstat_style_takes_a_depth(static):
     assert static.to_text(style="torchstat", depth=np.int64(1)) == text
 
 
+def test_torchstat_top_k_ranks_the_layers_and_keeps_the_total_last(static):
+    csv = static.to_csv(style="torchstat", top_k=2)
+    names = [line.split(",")[0] for line in csv.splitlines()[1:]]
+    # Net's leaves by torchstat's Flops: the conv 8 x 16 x 16 outputs x 3 x 3 x 3 = 55,296, the
+    # affine batch norm 2 x 2,048 elements = 4,096, the Linear 8 x 4 = 32. The two first, then
+    # the total, which is no layer to rank (it ranked first and took a place)
+    assert names == ["features.0", "features.1", "total"]
+    by_params = static.to_csv(style="torchstat", top_k=1, sort_by="params")
+    # params: the conv's 8 x 3 x 3 x 3 + 8 = 224, the most of any layer
+    assert [r.split(",")[0] for r in by_params.splitlines()[1:]] == ["features.0", "total"]
+
+
 def test_html_export_is_a_page_and_the_notebook_view_is_not_clipped(tmp_path, timed):
     path = timed.to_html(tmp_path / "r.html")
     page = path.read_text(encoding="utf-8")

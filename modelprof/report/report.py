@@ -35,7 +35,13 @@ from modelprof.render.jsonio import read_json
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import call_label, compact_columns, default_priority, require_columns
+from modelprof.render.views import (
+    call_label,
+    compact_columns,
+    default_priority,
+    require_columns,
+    select_rows,
+)
 from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
@@ -494,6 +500,11 @@ class Report(Exports):
         update: dict[str, Any] = {}
         if view.style == "torchstat":
             update["depth"] = None  # already applied (group_by refused it in _table)
+            if view.top_k is not None or view.sort_by is not None:  # the layers ranked, and
+                # the total row last as ever: ranked with them it took a place of top_k's
+                ranked = select_rows(df.iloc[:-1], top_k=view.top_k, sort_by=view.sort_by)
+                df = pd.concat([ranked, df.iloc[-1:]])
+                update.update(top_k=None, sort_by=None)
         per_layer = view.style == "modelprof" and view.group_by is None
         if compact and per_layer and view.columns is None:
             update["columns"] = compact_columns(df)
