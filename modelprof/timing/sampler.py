@@ -469,19 +469,6 @@ def _stop_reason(precise: bool, full: bool, spread: bool) -> str:
     return "max_samples" if full else "spread" if spread else "budget"
 
 
-def _say_floor(
-    logs: list[BlockLog], need: int, cap: float, most: int | None, say: Callable
-) -> None:
-    """``say(fewest samples, seconds ahead)`` as an interleaved floor begins: the runs still
-    wanting at each candidate's wall time a sample, within ``cap``; not where its first round
-    would not fit (none runs)."""
-    ks = _floor_block(logs, need, most)
-    first_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
-    wanting = sum(max(0, need - log.n) * (log.wall_ms or 0.0) for log in logs)
-    if ks and 0 < first_ms / 1e3 <= cap:
-        say(min(log.n for log in logs), min(cap, wanting / 1e3))
-
-
 def collect_interleaved(
     samplers: Sequence[Callable[[int], np.ndarray]],
     rule: StopRule,
@@ -526,13 +513,15 @@ def collect_interleaved(
                 if need is None:
                     return None
                 floor[:] = [r, now()]
-                if on_floor is not None:
-                    _say_floor(logs, need, cap, rule.max_samples, on_floor)
         if not floor:
             return r, [_block(rule, log, first=not r) for log in logs]
         ks = _floor_block(logs, need, rule.max_samples)
-        round_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
-        fits = bool(ks) and (now() - floor[1]) + round_ms / 1e3 <= cap
+        next_s = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs)) / 1e3
+        if on_floor is not None and r == floor[0] and ks and 0 < next_s <= cap:
+            # as the floor begins (not where its first round would not fit: none runs)
+            wanting = sum(max(0, need - log.n) * (log.wall_ms or 0.0) for log in logs)
+            on_floor(min(log.n for log in logs), min(cap, wanting / 1e3))
+        fits = bool(ks) and (now() - floor[1]) + next_s <= cap
         return (r, ks) if agree.every(fits) else None
 
     def take(round_: tuple[int, list[int]]) -> None:
