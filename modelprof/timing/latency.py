@@ -104,16 +104,9 @@ def resolve_call(
         fmt = torch.channels_last if channels_last else None
         target = moved_model(fn_or_model, dev, dt, memory_format=fmt)
     if given is not None:
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            return to_placement(t, dev, dt)
-
+        args, kwargs = map_tensors((given.args, given.kwargs), lambda t: to_placement(t, dev, dt))
         mi = dataclasses.replace(
-            given,
-            args=map_tensors(given.args, move),
-            kwargs=map_tensors(given.kwargs, move),
-            device=dev,
-            dtype=dt or given.dtype,
+            given, args=args, kwargs=kwargs, device=dev, dtype=dt or given.dtype
         )
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs((), {}, dev, dt or torch.get_default_dtype(), batch_size or 1)
