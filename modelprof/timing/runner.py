@@ -209,12 +209,7 @@ class Runner:
                     )
                 )
             self.extended_s = sampled.extended_s
-        return dataclasses.replace(
-            sampled,
-            competing_cores=share.competing_cores,
-            competing_cores_margin=share.margin,
-            sm_clock_mhz=read_clocks(),
-        )
+        return _with_reads(sampled, share, read_clocks)
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
         """The allocator's peak (``stats``, reset just before) over one more ``fn()``."""
@@ -279,15 +274,17 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
             got = collect_interleaved(
                 blocks, opts.stop, ests, rng, on_round=on_round, on_floor=on_floor
             )
-    return [
-        dataclasses.replace(
-            s,
-            competing_cores=share.competing_cores,
-            competing_cores_margin=share.margin,
-            sm_clock_mhz=read(),
-        )
-        for s, read in zip(got, reads, strict=True)
-    ]
+    return [_with_reads(s, share, read) for s, read in zip(got, reads, strict=True)]
+
+
+def _with_reads(sampled: Sampled, share: MachineShare, clocks: Callable) -> Sampled:
+    """``sampled`` with the other work's share of the cores and the SM clocks (:func:`clocked`)."""
+    return dataclasses.replace(
+        sampled,
+        competing_cores=share.competing_cores,
+        competing_cores_margin=share.margin,
+        sm_clock_mhz=clocks(),
+    )
 
 
 def clocked(
