@@ -92,6 +92,10 @@ _METADATA = (
 ).split()
 _SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
 _PARTS = ("h2d", "compute", "d2h")
+# what ``cpu``, the CPU work's Measurement, shares with the wall clock's (its blocks aside)
+_CPU_SHARED = (
+    "device batch_size warmup stop_reason precision confidence timestamps_s min_samples"
+).split()
 _JUDGED = (
     "median_ci_coverage relative_ci outliers fps noisy n_blocks drift_pct stable undersampled"
 ).split()
@@ -361,19 +365,10 @@ class Measurement:
         """The CPU time of the same samples as a Measurement (None when not read)."""
         if self.cpu_ms is None:
             return None
-        return Measurement(
-            self.cpu_ms,
-            device=self.device,
-            batch_size=self.batch_size,
-            warmup=self.warmup,
-            stop_reason=self.stop_reason,
-            precision=self.precision,
-            confidence=self.confidence,
-            label=f"{self.label or 'the callable'} CPU work ({self.cpu_clock})",
-            blocks=None if self._independent else self.blocks,
-            timestamps_s=self.timestamps_s,
-            min_samples=self.min_samples,
-        )
+        label = f"{self.label or 'the callable'} CPU work ({self.cpu_clock})"
+        shared = {k: getattr(self, k) for k in _CPU_SHARED}
+        blocks = None if self._independent else self.blocks
+        return Measurement(self.cpu_ms, label=label, blocks=blocks, **shared)
 
     @property
     def wall_over_cpu(self) -> float:
