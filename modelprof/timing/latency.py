@@ -366,8 +366,7 @@ class TimedCall(Runner):
         """Warm up per the options; returns the wall ms of one call (sizes the blocks)."""
         xfer, sync = self.xfer, self.clock.sync
         if self.opts.cuda_graph:
-            step = self._capture_graph()
-            est = None
+            step, est = self._capture_graph(), None
         else:
             est = self.warm_with(self._warm_step, self.already_warm and not self.fresh)
             step = self.call

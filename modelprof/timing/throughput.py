@@ -476,8 +476,7 @@ def search_batches(
             if not is_oom(e):
                 raise
             failed = True
-        failed = agree.any(failed)  # a batch that fits on every rank, or none
-        if failed:  # outside the except block, so the traceback's tensors can be freed
+        if agree.any(failed):  # all ranks alike; outside the except: its traceback holds tensors
             free()
             return None
         points[b] = p
