@@ -155,19 +155,6 @@ def _label(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _chain(*steps: Callable[[], Any] | None) -> Callable[[], Any] | None:
-    """One callable running each of ``steps`` that is not None in turn; None if none is."""
-    given = [s for s in steps if s is not None]
-    if len(given) <= 1:
-        return given[0] if given else None
-
-    def run() -> None:
-        for step in given:
-            step()
-
-    return run
-
-
 class _Transfer:
     """H2D copy of the inputs, compute, D2H copy of the outputs, through host buffers (pinned
     when ``pin``) allocated once."""
@@ -299,7 +286,11 @@ class TimedCall(Runner):
         self.mi.reset = reset
         call = self.call
         self.fresh_call = call if reset is None else (lambda: (reset(), call())[1])
-        self.between = _chain(reset, self._flush)
+        flush = self._flush  # (cold_cache's)
+        if reset is None or flush is None:
+            self.between = flush if reset is None else reset
+        else:  # the inputs put back, then the cache flushed
+            self.between = lambda: (reset(), flush())
 
     def _first_pass(self) -> Any:
         """The first call (untimed), the module's tensors copied just before their first write
