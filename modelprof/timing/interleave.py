@@ -370,10 +370,9 @@ def disagreeing(
     warn: bool = True,
 ) -> None:
     """Each ratio that disagrees with its rounds: a note, a warning (unless not ``warn``) and
-    its name in
-    ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is ``ranking``, the
-    ratio the table ranks by (``words``: it in words), the sentence that withholds the ranks
-    (``attrs["ratios_disagree"]``), noted after them."""
+    its name in ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is
+    ``ranking``, the ratio the table ranks by (``words``: it in words), the sentence that
+    withholds the ranks (``attrs["ratios_disagree"]``), noted after them."""
     for check in (c for found in checks.values() for c in found if not c.agree):
         notes.append(check.note())
         attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
