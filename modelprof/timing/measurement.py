@@ -551,10 +551,10 @@ class Measurement:
         )
 
     def _few_samples_text(self) -> str:
-        s = "s" if self.n != 1 else ""
+        samples = _plural(self.n, "sample")
         if not self.has_interval:
             return (
-                f"n={self.n} sample{s} in {_plural(self.n_blocks, 'block')}: no interval can be "
+                f"n={samples} in {_plural(self.n_blocks, 'block')}: no interval can be "
                 "stated (it is NaN) and stability cannot be judged. Raise budget_s (or repeat=) "
                 "for two blocks or more"
             )
@@ -565,7 +565,7 @@ class Measurement:
             else ""
         )
         return (
-            f"the time budget allowed only n={self.n} sample{s} "
+            f"the time budget allowed only n={samples} "
             f"(min_samples={self.min_samples}){past}; no median to quote. Raise budget_s, or "
             "pass repeat= (or a lower min_samples) to ask for fewer runs on purpose"
         )
