@@ -574,7 +574,12 @@ def measure_throughput(
     model = runnable(model)
     max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
     check_callback("on_point", on_point)
-    _refuse_inputs(timing_options)
+    for bad in ("inputs", "batch_size", "input_size"):  # what the search makes itself
+        if bad in timing_options:
+            raise ModelProfError(
+                f"{bad}= is set by measure_throughput itself; pass input_size (or tokens= for "
+                "a language model)"
+            )
     if (input_size is None) == (tokens is None):
         raise ModelProfError(
             "pass one of input_size (e.g. (3, 224, 224), without the batch) or tokens= (a "
@@ -655,16 +660,6 @@ def _sample_text(input_size: Any, tokens: int | None) -> str:
 
 
 _KEYWORDS = keyword_names(measure_throughput)  # (read once, as profile's)
-
-
-def _refuse_inputs(timing_options: dict[str, Any]) -> None:
-    """Refuse the inputs measure_throughput makes itself, given among the timing options."""
-    for bad in ("inputs", "batch_size", "input_size"):
-        if bad in timing_options:
-            raise ModelProfError(
-                f"{bad}= is set by measure_throughput itself; pass input_size (or tokens= for "
-                "a language model)"
-            )
 
 
 def _disagreements(points: list[ThroughputPoint], warn: bool) -> list[NeighbourDisagreement]:
