@@ -232,12 +232,11 @@ def drift(
     window = float(t.max() - t.min())
     pct = 100.0 * math.expm1(slope * window)
     resid = y - slope * t
-    dof = b - 2
-    se = math.sqrt(float((resid * resid).sum()) / dof / sxx) if dof > 0 else math.inf
+    dof = b - 2  # (1 or more: three blocks)
+    se = math.sqrt(float((resid * resid).sum()) / dof / sxx)
     if se == 0.0:
         return pct, slope != 0.0
-    significant = abs(slope) / se > t_quantile(0.5 + confidence / 2.0, dof)
-    return pct, significant
+    return pct, abs(slope) / se > t_quantile(0.5 + confidence / 2.0, dof)
 
 
 #: Share of the per-round log ratios trimmed from each end (Yuen's usual 20 %: robust to a few
@@ -257,7 +256,7 @@ def trimmed_mean_ci(
     kept = x[g : n - g]
     centre = float(kept.mean())
     h = kept.size
-    if n < 2 or h < 2:
+    if h < 2:  # (h <= n)
         return centre, math.nan
     winsorized = np.clip(x, kept[0], kept[-1])
     se = math.sqrt((n - 1) * float(winsorized.var(ddof=1)) / (h * (h - 1)))
