@@ -28,7 +28,7 @@ from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.compiled import compiled_words, eager_view
 from modelprof.runtime.device import tf32_enabled
-from modelprof.runtime.env import collect_env
+from modelprof.runtime.env import collect_env, oversubscribed_note
 from modelprof.runtime.execution import (
     RunMode,
     dispatch_modes_restored,
@@ -257,8 +257,9 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
     step = spec.step.for_inputs(mi.kwargs) if spec.step is not None else None
     spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device), step=step)
     notes = list(mi.notes)
+    crowded = oversubscribed_note() if spec.timing and mi.device.type == "cpu" else None
     if not spec.timing or mi.device.type != "meta":
-        return spec, notes
+        return spec, notes + ([crowded] if crowded else [])
     return dataclasses.replace(spec, timing=False), [
         *notes,
         "device='meta': counted from shapes alone, not timed (meta tensors have no "

@@ -452,3 +452,28 @@ def test_work_another_thread_does_is_ranked_by_latency_whatever_the_load(one_thr
     off = t["offloaded"]
     assert off.cpu_clock == "thread_time" and off.cpu_thread_share < 0.5 and not off.cpu_holds
     assert t.ranked_by == "latency"
+
+
+def test_more_threads_than_cores_is_said_and_one_a_core_is_not(torch_threads) -> None:
+    from modelprof import profile
+
+    cores = os.cpu_count()
+    model = torch.nn.Linear(8, 8)
+    torch_threads(cores + 2)  # two threads with no core of their own
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (their turns may read as load: not the point)
+        crowded = profile(model, (8,), repeat=3, warmup=1, budget_s=0.2)
+    said = [n for n in crowded.timing_notes if "oversubscribed" in n]
+    assert said == [
+        f"torch ran {cores + 2} threads on {cores} cores (oversubscribed): they took turns on "
+        "the cores, so each op waited for threads without one and the times read slower than "
+        f"with torch.set_num_threads({cores}) or fewer"
+    ]
+    torch_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = profile(model, (8,), repeat=3, warmup=1, budget_s=0.2)
+    assert not any("oversubscribed" in n for n in alone.timing_notes)
+    # not timed: nothing ran to be slowed, nothing said
+    torch_threads(cores + 2)
+    assert profile(model, (8,), timing=False).timing_notes == []

@@ -23,7 +23,15 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import tf32_enabled
 
-__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state", "jsonable", "sm_clock_reader"]
+__all__ = [
+    "MachineShare",
+    "collect_env",
+    "cpu_name",
+    "gpu_state",
+    "jsonable",
+    "oversubscribed_note",
+    "sm_clock_reader",
+]
 
 #: nvidia-smi's query fields and the keys ``gpu_state`` gives them
 _NVSMI_FIELDS = {
@@ -123,6 +131,21 @@ class MachineShare:
         if self.wall_ns <= 0 or self.wall_ns >= MIN_SHARE_S * 1e9:
             return 0.0
         return self.usable * self.windows * self.tick_ns / self.wall_ns
+
+
+def oversubscribed_note() -> str | None:
+    """A note where torch runs more intra-op threads than the machine has cores: they take
+    turns on the cores, so each op waits for threads that have none and times read slower than
+    at one thread a core (an affinity narrower than the threads may be an OpenMP binding, which
+    gives each thread a core of its own: not judged, as :class:`MachineShare`)."""
+    threads, cores = torch.get_num_threads(), os.cpu_count()
+    if not cores or threads <= cores:
+        return None
+    return (
+        f"torch ran {threads} threads on {cores} cores (oversubscribed): they took turns on the "
+        "cores, so each op waited for threads without one and the times read slower than with "
+        f"torch.set_num_threads({cores}) or fewer"
+    )
 
 
 def jsonable(value: Any, nonfinite: str = "null", where: str | None = None) -> Any:
