@@ -22,6 +22,7 @@ from modelprof.report.roofline import (
     observed_peaks,
     peak_notes,
     run_peaks,
+    scattered,
 )
 from modelprof.runtime import env
 from modelprof.timing.peaks import (
@@ -462,6 +463,23 @@ def test_probed_roofs_rise_to_what_a_row_achieved() -> None:
     assert (add_roofline(faster, PROBED)["efficiency"] <= 1 + 1e-12).all()
 
 
+def test_a_row_whose_passes_scatter_wider_than_its_median_proves_no_roof() -> None:
+    # a loaded resnet18's layer3.1.conv1 read 0.43 ms (std 40 ms) beside its twin's 7.87 ms:
+    # 231 MFLOP "proved" 539 GFLOP/s on a 2-core CPU. Here fast_compute keeps its 3e9 FLOP in
+    # 1 ms = 3e12 FLOP/s, now with its passes scattered by 2 ms: it proves nothing
+    df = _fast_rows().assign(latency_std_ms=[2.0, 1e-5, 0.1, 0.2])
+    assert scattered(df).tolist() == [True, False, False, False]  # 2 > 1; the rest below
+    seen = observed_peaks(df, PROBED)
+    # the parent's 4e9 FLOP in 2 ms = 2e12 FLOP/s raises compute instead; L1 as before
+    assert seen.raised == ("compute", "L1")
+    assert seen.peak_flops == pytest.approx(2e12)
+    # one scattered pass spread in each row: nothing raises compute, L1 still (its std small)
+    wide = df.assign(latency_std_ms=[2.0, 1e-5, 2.0, 3.0])
+    assert observed_peaks(wide, PROBED).raised == ("L1",)
+    # no spread column (a frame of the user's, a single pass): the median as ever
+    assert observed_peaks(_fast_rows(), PROBED).peak_flops == pytest.approx(3e12)
+
+
 def test_a_self_row_proves_no_roof_and_reads_rough_above_it() -> None:
     # a loaded resnet18's (3x112x112) layer2.0.(self), its parent's span less its children's,
     # read 0.18 us: 25,088 FLOP at 139 GFLOP/s over a 101 GFLOP/s probe, which raised the
@@ -683,9 +701,10 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     level_bw = spans["memory_level"].map(bandwidth).to_numpy(dtype=float)
     # (but for a span the hooks' measured cost took more than half of, which proves by that
     # half, as read: such a row's time is short of half its span as read, and marked rough;
-    # a loaded machine's)
+    # a loaded machine's; and a span whose passes scatter wider than its median, which proves
+    # nothing and is marked rough too)
     read = np.array([r.latency_read_ms for r in report.rows])[timed.index[~own]]
-    cut = spans["latency_ms"].to_numpy() < read / 2
+    cut = (spans["latency_ms"].to_numpy() < read / 2) | scattered(spans)
     above = (spans["efficiency"] > 1 + 1e-9).to_numpy()
     assert (cut[above]).all() and spans["latency_rough"].to_numpy()[above].all()
     spans, level_bw = spans[~cut], level_bw[~cut]

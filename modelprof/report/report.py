@@ -52,6 +52,7 @@ from modelprof.report.roofline import (
     add_roofline,
     own_rows,
     run_peaks,
+    scattered,
     with_read_times,
 )
 from modelprof.report.rows import (
@@ -1036,7 +1037,8 @@ def _short_own_rows(df: pd.DataFrame) -> pd.Series:
     above 1, which for a measured row raises the probed roof instead): the hooks' correction
     or the load took time from its parent, and its time is rough. So is a measured row's
     faster than its roof where the hooks' correction took more than half of its span as read
-    (``PROOF_COLUMN``: it proved that roof by the half, ``roof_proofs``); above a roof given
+    (``PROOF_COLUMN``: it proved that roof by the half, ``roof_proofs``), or whose passes
+    scatter wider than its median (``scattered``: it proved none); above a roof given
     or looked up, its time stands, its efficiency above 1 saying so."""
     own = pd.Series(own_rows(df), index=df.index)
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
@@ -1045,5 +1047,5 @@ def _short_own_rows(df: pd.DataFrame) -> pd.Series:
         above = df["efficiency"] > 1
         read = df.get(PROOF_COLUMN, pd.Series(np.nan, index=df.index))
         cut = df["latency_ms"] < read / 2  # (NaN: not read, False)
-        short |= above & (own | cut)
+        short |= above & (own | cut | scattered(df))  # (scattered: it proved no roof)
     return short

@@ -48,6 +48,7 @@ __all__ = [
     "peak_notes",
     "peak_words",
     "roof_proofs",
+    "scattered",
     "run_peaks",
     "with_read_times",
 ]
@@ -165,11 +166,13 @@ def roof_proofs(
     than half of its span as read (``latency_read_ms``, where ``df`` has it): it proves by that
     half (a loaded newcomer's ``downsample.0``, 9.6 us after 187 us a hooked call were taken
     off, "proved" 1.34 TFLOP/s on a 2-core CPU probed at 156 GFLOP/s; such a row, faster than
-    its roof, is marked rough instead). Empty for peaks that are not a probe's."""
+    its roof, is marked rough instead). Nor does a row whose passes scatter wider than its
+    median (:func:`scattered`). Empty for peaks that are not a probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
     flops, traffic, latency, timed = _work(df, latency_column)
     timed &= ~own_rows(df)  # a difference of spans: read low, it proves nothing of the device
+    timed &= ~scattered(df, latency_column)
     if latency_column == "latency_ms" and PROOF_COLUMN in df.columns:
         half = df[PROOF_COLUMN].to_numpy(dtype=float) / 2
         latency = np.where(np.isfinite(half), np.maximum(half, latency), latency)
@@ -190,6 +193,18 @@ def roof_proofs(
         beyond = np.where(leaf, np.clip(distinct - held, 0.0, None), 0.0) / seconds
         _prove(proofs, lv.name, beyond, lv.bandwidth)
     return proofs
+
+
+def scattered(df: pd.DataFrame, latency_column: str = "latency_ms") -> np.ndarray:
+    """Per row: its passes' standard deviation (``latency_std_ms``) above its median, which
+    is then no time its passes support (a loaded resnet18's ``layer3.1.conv1`` read 0.43 ms,
+    std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves no
+    roof, and faster than its roof it is rough. False where ``df`` has no spread."""
+    spread = latency_column.removesuffix("_ms") + "_std_ms"
+    if spread not in df.columns or latency_column not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    std = df[spread].to_numpy(dtype=float)
+    return np.isfinite(std) & (std > df[latency_column].to_numpy(dtype=float))
 
 
 def own_rows(df: pd.DataFrame) -> np.ndarray:
