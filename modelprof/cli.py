@@ -888,7 +888,7 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
 # --- compare -------------------------------------------------------------------------------------
 
 
-def _run_compare(ctx: _Context) -> None:
+def _run_compare(ctx: _Context) -> int | None:
     from modelprof.compare import compare, unique_name
     from modelprof.render.comparison import compare_caption, env_caption
     from modelprof.report.plots import plot_compare
@@ -927,6 +927,13 @@ def _run_compare(ctx: _Context) -> None:
         env = df.attrs.get("env") or {}
         figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
         ctx.write_formats("comparison", df.render.export, [figure])
+    return _failed_status(df)
+
+
+def _failed_status(df: Any) -> int | None:
+    """1 where a model of a comparison failed (its row holds the error) and the others were
+    compared, as a sweep with a failed configuration: a script or CI sees it."""
+    return 1 if "error" in df.columns and df["error"].notna().any() else None
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -1058,7 +1065,7 @@ def _run_generate(ctx: _Context) -> None:
 _ONE_MODEL_FLAGS = ("contexts", "target", "memory", "no_timing", "no_layer_timing")
 
 
-def _compare_generation(ctx: _Context) -> None:
+def _compare_generation(ctx: _Context) -> int | None:
     """``generate SPEC SPEC ...``: ``compare_generation``'s table, its notes, its exports."""
     from modelprof.compare import unique_name
     from modelprof.generation import compare_generation
@@ -1102,6 +1109,7 @@ def _compare_generation(ctx: _Context) -> None:
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:
         ctx.write_formats("generation_comparison", df.render.export)
+    return _failed_status(df)
 
 
 def _throughput_options(ctx: _Context) -> dict[str, Any]:
@@ -1423,7 +1431,8 @@ def _refuse_unknown(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 a bug or
-    a run that failed in part: a sweep with failed configurations)."""
+    a run that failed in part: a sweep with failed configurations, a comparison with a failed
+    model)."""
     parser = build_parser()
     stdout, stderr = sys.stdout, sys.stderr
     try:

@@ -191,7 +191,7 @@ def compare(
                 failed[name] = str(e)
             bar.update(1)
             said = "failed" if name in failed else "profiled"
-            on_step(f"{name}: {said} ({len(rows)} of {len(named)})")
+            on_step(f"{name}: {said} ({len(rows) + len(failed)} of {len(named)})")
         baseline = _standing(baseline, rows, failed)
         if timing:
             bar.set_description("interleaved timing")

@@ -351,6 +351,24 @@ def test_compare_says_which_model_each_row_is(nets: Path, capsys: pytest.Capture
     assert "model: resnet18 =" not in out and "model: resnet18 (2) = resnet18\n" in out
 
 
+def test_compare_with_a_failing_model_exits_1_after_its_table(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from torch import nn\n\n\nclass Bad(nn.Module):\n"
+        "    def forward(self, x):\n        raise RuntimeError('broken on purpose')\n\n\n"
+        "def build():\n    return Bad()\n"
+    )
+    # the others are compared and the table printed, but the run failed in part (as a sweep's)
+    assert main(["compare", f"{nets}:narrow", f"{bad}:build", "--no-timing"]) == 1
+    captured = capsys.readouterr()
+    assert "broken on purpose" in _row(captured.out, "build")
+    assert _row(captured.out, "narrow")
+    # the second model is the second done, failed or not
+    assert "modelprof: build: failed (2 of 2)" in captured.err.splitlines()
+
+
 def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code = main(
         [
