@@ -477,3 +477,43 @@ def test_more_threads_than_cores_is_said_and_one_a_core_is_not(torch_threads) ->
     # not timed: nothing ran to be slowed, nothing said
     torch_threads(cores + 2)
     assert profile(model, (8,), timing=False).timing_notes == []
+
+
+def test_a_calling_threads_cpu_work_is_called_a_part_not_several_threads():
+    # thread_time is one thread's clock (the median of 40 draws about 10 ms: 9.999 ms here,
+    # a fixed seed): where the calling thread did half the process's CPU
+    # time (a DDP reducer's or another helper thread's the rest), its figure is a part of the
+    # work, not "several threads'"
+    m = _measured("thread_time", 1.03, share=0.5)
+    assert m.loaded and not m.cpu_holds and not m.waited
+    with pytest.warns(LoadedMachineWarning) as rec:
+        m.warn_if_noisy()
+    text = str(rec[0].message)
+    assert "the calling thread's CPU work, 9.999 ms (thread_time), is a part of the work" in text
+    assert "several threads'" not in text
+
+
+def test_the_ranking_note_gives_advice_that_fits_the_run():
+    from modelprof.timing.interleave import loaded_latency_notes
+
+    several = _measured("process_time", 1.03, share=0.5)  # loaded, several threads' CPU work
+    one = dataclasses.replace(several, env={"torch_num_threads": 1})
+    two = dataclasses.replace(several, env={"torch_num_threads": 2})
+    (note,) = loaded_latency_notes([two])
+    assert "so does the CPU work of several threads" in note
+    assert note.endswith("or with torch.set_num_threads(1) for a ranking by CPU work")
+    (note,) = loaded_latency_notes([one])  # already one thread: nothing fewer to ask for
+    assert "so does the CPU work of several threads" in note
+    assert "set_num_threads" not in note and note.endswith("time again on a quieter machine")
+    # a caller that waited: wall 10 ms over 2 ms of CPU (5x) beside 0.5 cores of other work,
+    # which can stretch a wall at most (1 + 0.5) / (1 - 0.5) = 3x; loaded by the 0.5 cores
+    wall = np.full(40, 10.0)
+    blocks = np.repeat(np.arange(8), 5)
+    waited = Measurement(
+        wall, blocks=blocks, timestamps_s=blocks * 0.1, cpu_ms=wall / 5,
+        cpu_clock="thread_time", competing_cores=0.5, env={"torch_num_threads": 2},
+    )  # fmt: skip
+    assert waited.waited and waited.loaded and not waited.cpu_holds
+    (note,) = loaded_latency_notes([waited])
+    assert "the CPU work is no figure either (the timed thread waited on other work)" in note
+    assert "several threads" not in note and "set_num_threads" not in note

@@ -327,16 +327,26 @@ def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
 
 
 def loaded_latency_notes(measurements: Iterable[Measurement]) -> list[str]:
-    """On a loaded machine where some CPU work is several threads' (not ``cpu_holds``): why the
-    table ranks by latency all the same, and what to do."""
+    """On a loaded machine where some CPU work does not hold (``cpu_holds``: several threads',
+    or a caller's that waited on other work): why the table ranks by latency all the same, and
+    what to do (fewer threads only where a measurement that ran several can have fewer)."""
     ms = list(measurements)
     if not any(m.loaded for m in ms) or all(m.cpu_holds for m in ms):
         return []
+    # a CPU work that does not hold: several threads' (load stretches it too), or a caller's
+    # that waited on other work (no figure of the work at all)
+    threads = [m for m in ms if m.cpu is not None and not m.waited and not m.cpu_holds]
+    if threads:
+        cpu = "so does the CPU work of several threads (they spin while one waits for a core)"
+    elif any(m.waited for m in ms):
+        cpu = "and the CPU work is no figure either (the timed thread waited on other work)"
+    else:
+        cpu = "and no CPU work was read to rank by"
+    fewer = any(m.env.get("torch_num_threads", 2) != 1 for m in threads)  # (1: none fewer)
     return [
         f"ranked by latency on a loaded machine ({load_note(ms)}): the ratios moved with the "
-        "load, and so does the CPU work of several threads (they spin while one of them waits "
-        "for a core), so no figure here is proof against it; time again on a quieter machine, "
-        "or with torch.set_num_threads(1) for a ranking by CPU work"
+        f"load, {cpu}, so no figure here is proof against it; time again on a quieter machine"
+        + (", or with torch.set_num_threads(1) for a ranking by CPU work" if fewer else "")
     ]
 
 

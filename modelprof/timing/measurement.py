@@ -510,6 +510,11 @@ class Measurement:
             )
         if self.waited:  # (other work took cores; the caller's own wall is a wait)
             text += "the caller's CPU work is not the work's (it waited on other work); "
+        elif self.cpu is not None and self.cpu_clock == "thread_time":  # one thread's clock
+            text += (
+                f"the calling thread's CPU work, {format_ms(self.cpu.median_ms)} (thread_time), "
+                "is a part of the work: other threads of the process did the rest; "
+            )
         elif self.cpu is not None:
             text += (
                 f"the CPU work, {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), is several "
