@@ -664,3 +664,30 @@ def test_a_training_steps_forward_phase_is_timed_over_the_steps_own_forward() ->
     plain = modelprof.profile(model, (64,), repeat=5, warmup=1, roofline=False)
     forward = plain.utilization(peak=Peaks(1e9, 1e9)).phases.set_index("phase").loc["forward"]
     assert forward["time_ms"] == plain.latency.median_ms
+
+
+def test_the_summary_marks_an_mfu_its_frames_mark_rough():
+    from modelprof.timing.peaks import MemoryLevel
+
+    # a probe run on a busy machine (wall/CPU 2): every ratio against it is rough, "~" in the
+    # frames, and the summary's MFU line printed it plain
+    busy = Peaks(
+        peak_flops=1e12,
+        peak_bytes=1e11,
+        source="probe",
+        device="test CPU",
+        levels=(MemoryLevel("L1", 1 << 16, 1e11), MemoryLevel("DRAM", None, 1e11)),
+        wall_over_cpu=2.0,
+    )
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
+    with pytest.warns(Warning):  # (the busy probe, and whatever the load says)
+        report = modelprof.profile(
+            model, (64,), batch_size=16, roofline=busy, repeat=3, warmup=1, budget_s=1
+        )
+    u = report.utilization()
+    assert bool(u.phases["mfu_rough"].iloc[-1]) and u.mfu <= 1  # 524,288 FLOPs over 1 TFLOP/s
+    line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
+    assert line.startswith(f"MFU ~{u.mfu:.3f} (forward;"), line
+    # against a datasheet peak nothing is rough: plain
+    sheet = report.utilization("H100 SXM")
+    assert sheet.describe().startswith(f"MFU {sheet.mfu:.3f} (")

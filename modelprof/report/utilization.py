@@ -149,13 +149,13 @@ class Utilization:
         last = self.phases.iloc[-1]
         source = _PEAK_NAMES.get(getattr(self.convention.peaks, "source", None))
         hfu = last["hardware_flops"] != last["model_flops"]
-        hfu = f", HFU {_ratio_text(last['hfu'], source)}" if hfu else ""
+        hfu = f", HFU {_ratio_text(last['hfu'], source, last.get('hfu_rough'))}" if hfu else ""
         others = "".join(
             f"; against the {k} peak {_ratio_text(v, k)}"
             for k, v in self.by_peak.items()
             if k != source and k != "given"
         )
-        mfu = _ratio_text(last["mfu"], source)
+        mfu = _ratio_text(last["mfu"], source, last.get("mfu_rough"))
         notes = "".join(f"; {n}" for n in self.notes)
         return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others}){notes}"
 
@@ -181,14 +181,15 @@ def _loaded_words(p: Peaks) -> str:
     return "; run on a busy machine: its roofs read low, every ratio against them marked ~"
 
 
-def _ratio_text(value: float, peak: str | None) -> str:
+def _ratio_text(value: float, peak: str | None, rough: Any = False) -> str:
     """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
     ``"given"``): work cannot outrun the device, so a ratio above 1 is printed with why the
-    peak reads low, not as a utilization; no time is said in words, never ``nan``."""
+    peak reads low, not as a utilization; no time is said in words, never ``nan``; ``rough``
+    (its ``<ratio>_rough`` flag): marked ``~``, as in the frames."""
     if not math.isfinite(value):
         return "not measured (no time: profile with timing)"
     if not value > 1:
-        return f"{value:.3f}"
+        return f"{'~' if isinstance(rough, (bool, np.bool_)) and rough else ''}{value:.3f}"
     if peak == "probe":
         why = "the probe under-reads the peak; utilization(peak='<device name>') uses a datasheet"
     else:
