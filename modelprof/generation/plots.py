@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.report.plots import figure_class, save_figure
+from modelprof.report.plots import (
+    ROUGH_COLOUR,
+    ROUGH_WORDS,
+    figure_class,
+    rough_cells,
+    save_figure,
+)
 
 __all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
 
@@ -19,7 +25,8 @@ def plot_decode_growth(
 ) -> Any:
     """Left: a decode step's time against the context (every measured step, their median and
     fit, the per-layer passes' medians, the bound). Right: its counted bytes and the KV cache.
-    Nothing timed and no bound: the bytes alone."""
+    A phase's time the tables mark rough (``latency_rough``, ``~``) is a grey point ringed in
+    the passes' colour, and the legend says so. Nothing timed and no bound: the bytes alone."""
     g = report.growth(batch_size)
     ctx = g["context"]
     timing = report.timings.get(report._batch(batch_size))
@@ -53,7 +60,7 @@ def plot_decode_growth(
         elif slope is not None:  # no growth measured: said in the legend, no line drawn
             ax_t.plot([], [], " ", label=f"growth {slope.describe()}")
     if g["latency_ms"].notna().any():
-        ax_t.plot(ctx, g["latency_ms"], "o", color="tab:orange", label="per-layer passes (median)")
+        _draw_passes(ax_t, g)
     if "bound_ms" in g.columns:
         bound = f"roofline bound ({report.peaks.device})"
         ax_t.plot(ctx, g["bound_ms"], "s-", color="tab:red", label=bound)
@@ -78,22 +85,50 @@ def plot_decode_growth(
     return save_figure(fig, save)
 
 
+def _draw_passes(ax: Any, g: pd.DataFrame) -> None:
+    """The decode phases' per-layer passes (median) against the context; one the tables mark
+    rough (``latency_rough``, ``~``) grey, ringed in the passes' colour, the legend saying so
+    (the generations' steps are the small grey dots)."""
+    ctx, ms = g["context"], g["latency_ms"]
+    rough = np.array(rough_cells(g, "latency_ms"), dtype=bool)
+    passes = "per-layer passes (median)"
+    if not rough.all():
+        ax.plot(ctx[~rough], ms[~rough], "o", color="tab:orange", label=passes)
+    if rough.any():
+        ax.plot(
+            ctx[rough],
+            ms[rough],
+            "o",
+            mfc=ROUGH_COLOUR,
+            mec="tab:orange",
+            mew=1.2,
+            label=f"{passes}; {ROUGH_WORDS}",
+        )
+
+
 def layer_shares(
     report: Any, batch_size: int | None = None, column: str | None = None
 ) -> pd.DataFrame:
     """Each block (depth 2, and the leaves above) as a share of the prefill and of the last
-    decode step, by ``column`` (default: latency when timed per layer, else FLOPs)."""
+    decode step, by ``column`` (default: latency when timed per layer, else FLOPs);
+    ``prefill_rough``, ``decode_rough``: a share with a rough row summed into it (as a layer
+    type's sum is rough, ``Report.by_module_type``)."""
     phases = {"prefill": report.prefill(batch_size), "decode": report.decode(batch_size=batch_size)}
     timed = all(p.report.latency is not None for p in phases.values())
     column = column or ("latency_ms" if timed else "flops")
-    out = {}
+    out, rough = {}, {}
     for name, phase in phases.items():
-        df = phase.report.to_dataframe()
-        keep = (df["depth"] == 2) | (df["leaf"] & (df["depth"] < 2))
+        df = report.phase_frame(phase)
+        keep = ((df["depth"] == 2) | (df["leaf"] & (df["depth"] < 2))).to_numpy()
+        marked = pd.Series(rough_cells(df, column), index=df.index)[keep]
         rows = df[keep].groupby("module", sort=False)[column].sum()
+        rough[f"{name}_rough"] = marked.groupby(df["module"][keep], sort=False).any()
         total = rows.sum()
         out[name] = rows / total if total else rows * np.nan
     shares = pd.DataFrame(out).fillna(0.0)
+    shares = shares.assign(
+        **{k: v.reindex(shares.index, fill_value=False) for k, v in rough.items()}
+    )
     shares.attrs["column"] = column
     return shares
 
@@ -105,18 +140,28 @@ def plot_phase_share(
     batch_size: int | None = None,
     column: str | None = None,
 ) -> Any:
-    """Grouped bars: each block's share of the prefill beside its share of a decode step."""
+    """Grouped bars: each block's share of the prefill beside its share of a decode step; a
+    share with a rough time summed into it (``~`` in the tables) is grey, and the legend says
+    so."""
     shares = layer_shares(report, batch_size, column)
     n = len(shares)
     fig = figure_class()(figsize=(8.0, max(2.5, 0.35 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
-    ax.barh(y - 0.2, shares["prefill"] * 100, height=0.4, label="prefill")
-    ax.barh(y + 0.2, shares["decode"] * 100, height=0.4, label="decode")
+    from matplotlib.patches import Patch  # (matplotlib is there: figure_class found it)
+
+    key = []  # the legend's swatches: a phase's first bar may be grey
+    for offset, phase, colour in ((-0.2, "prefill", "tab:blue"), (0.2, "decode", "tab:orange")):
+        rough = shares[f"{phase}_rough"].to_numpy(dtype=bool)
+        colours = [ROUGH_COLOUR if r else colour for r in rough]
+        ax.barh(y + offset, shares[phase] * 100, height=0.4, color=colours)
+        key.append(Patch(color=colour, label=phase))
     ax.set_yticks(y, [m or "(root)" for m in shares.index])
     ax.invert_yaxis()
     ax.set_xlabel(f"share of the phase's {shares.attrs['column']} (%)")
     ax.set_title("Prefill vs decode, per layer")
-    ax.legend()
+    if shares[["prefill_rough", "decode_rough"]].to_numpy().any():
+        key.append(Patch(color=ROUGH_COLOUR, label=ROUGH_WORDS))
+    ax.legend(handles=key)
     ax.grid(axis="x", alpha=0.3)
     return save_figure(fig, save)

@@ -200,14 +200,20 @@ class GenerationReport(Exports):
         (roofline lower bound) and ``bound``. A rough phase's timed rows are rough."""
         frames = []
         for p in self._every(batch_size):
-            df = _tagged(p.report.to_dataframe(), p)
-            if "latency_rough" in df.columns and self._rough(_PHASES, _phase_point(p)):
-                df["latency_rough"] = df["latency_ms"].notna()
+            df = _tagged(self.phase_frame(p), p)
             if self.peaks is not None:
                 bounds = row_bounds(df, self.peaks)
                 df["bound_ms"], df["bound"] = bounds["bound_ms"], bounds["bound"]
             frames.append(df)
         return pd.concat(frames, ignore_index=True)
+
+    def phase_frame(self, phase: Phase) -> pd.DataFrame:
+        """``phase``'s per-layer table, its timed rows rough (``latency_rough``) where the
+        phase's time is (slower than a phase doing more work, or read on a loaded machine)."""
+        df = phase.report.to_dataframe()
+        if "latency_rough" in df.columns and self._rough(_PHASES, _phase_point(phase)):
+            df["latency_rough"] = df["latency_ms"].notna()
+        return df
 
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """One row per phase of every batch size (or of ``batch_size``): counted totals, KV bytes

@@ -75,6 +75,23 @@ def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> Any:
     return fig
 
 
+#: a bar's colour, and a rough one's (a figure the run says is no figure to quote), and what a
+#: figure with a rough bar or point says under it or in its legend
+PLAIN_COLOUR, ROUGH_COLOUR = "tab:blue", "tab:gray"
+ROUGH_WORDS = f"{ROUGH_MARK}, grey: rough, no figure to quote"
+
+
+def rough_cells(frame: pd.DataFrame, column: str) -> list[bool]:
+    """Per row of ``frame``: its ``column`` is rough, as the tables mark it (``is_rough_cell``:
+    ``latency_rough`` for ``latency_ms``, ``backward_latency_rough`` for the backward's)."""
+    return [is_rough_cell(frame, i, column) for i in range(len(frame))]
+
+
+def bar_colours(rough: Sequence[bool]) -> list[str]:
+    """A bar's colour per rough flag: grey where rough."""
+    return [ROUGH_COLOUR if r else PLAIN_COLOUR for r in rough]
+
+
 def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool) -> pd.DataFrame:
     rows = select_rows(df, leaf_only=leaf_only and "leaf" in df.columns)
     rows = rows[rows[column].notna()]
@@ -93,7 +110,8 @@ def _barh(
     formatter: Any = None,
     save: str | os.PathLike[str] | None = None,
 ) -> Any:
-    """Horizontal bars of ``rows[column]``, the first on top, saved to ``save``."""
+    """Horizontal bars of ``rows[column]``, the first on top, saved to ``save``; a bar the
+    tables mark rough (:func:`rough_cells`) is grey, and the caption says so."""
     n = len(rows)
     fig = figure_class()(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
@@ -105,13 +123,16 @@ def _barh(
         xerr = np.nan_to_num(
             np.vstack([np.clip(values - low, 0.0, None), np.clip(high - values, 0.0, None)])
         )
-    ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
+    marked = rough_cells(rows, column)
+    ax.barh(y, values, xerr=xerr, color=bar_colours(marked), ecolor="0.3", capsize=2)
     ax.set_yticks(y, module_labels(rows["module"], rows.get("call")))
     ax.invert_yaxis()  # largest on top
     ax.set(xlabel=xlabel, title=title)
     if formatter is not None:
         ax.xaxis.set_major_formatter(_tick_formatter(formatter))
     ax.grid(axis="x", alpha=0.3)
+    if any(marked):  # (the report's caption and notes say why)
+        fig.supxlabel(ROUGH_WORDS, fontsize=8)
     return save_figure(fig, save)
 
 
@@ -128,7 +149,9 @@ def plot_latency(
     ``backward_latency_ms`` with ``column=``), the ``top_k`` slowest first; ``leaf_only`` skips
     the parents. Error bars span the 10th to 90th percentile of the forward's passes where
     ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency`` adds them):
-    unlike median +- std, they never reach below 0 ms."""
+    unlike median +- std, they never reach below 0 ms. A time the tables mark rough (``~``:
+    ``latency_rough``, the backward's ``backward_latency_rough``) is a grey bar, and the caption
+    says so."""
     if column not in ("latency_ms", "backward_latency_ms"):
         raise ModelProfError(f"column={column!r}: 'latency_ms' or 'backward_latency_ms'")
     require_columns(df, ["module", column], "plot_latency", " (profile with timing=True)")
@@ -252,9 +275,12 @@ def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
 def _draw_layers(
     ax: Any, data: pd.DataFrame, x: np.ndarray, y: np.ndarray, roofs: list[list[Any]], peaks: Peaks
 ) -> None:
-    """Each layer as a point, coloured like the roof it is judged against."""
+    """Each layer as a point, coloured like the roof it is judged against; one whose time the
+    tables mark rough (``latency_rough``: its FLOP/s rest on it) filled grey, ringed in that
+    colour, and the legend says so."""
     names = data["memory_level"].astype(object).to_numpy()
     order = [lv.name for lv in peaks.memory_levels]
+    rough = np.array(rough_cells(data, "latency_ms"), dtype=bool)
     for group, colour in roofs:
         mask = np.isin(names, [lv.name for lv in group])
         if mask.any():
@@ -269,10 +295,23 @@ def _draw_layers(
                 zorder=3,
                 label=f"layers judged at {', '.join(judged)}",
             )
+            if (grey := mask & rough).any():  # drawn over, the legend's swatch kept
+                ax.scatter(
+                    x[grey],
+                    y[grey],
+                    s=30,  # (a little larger: the grey shows inside the ring)
+                    facecolors=ROUGH_COLOUR,
+                    edgecolors=colour,
+                    linewidths=1.0,
+                    zorder=3,
+                )
+    if rough.any():  # (the report's caption and notes say why)
+        ax.plot([], [], "o", ms=4.5, color=ROUGH_COLOUR, mec="k", mew=0.4, label=ROUGH_WORDS)
 
 
 def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
-    """Number the ``annotate`` slowest layers on the plot; their key lines."""
+    """Number the ``annotate`` slowest layers on the plot; their key lines (a rough time
+    marked ``~``, as the tables mark it)."""
     slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
     gflops = slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9
     groups = _group_close(slowest["intensity"].to_numpy(dtype=float), gflops)
@@ -287,10 +326,11 @@ def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
             zorder=4,
             bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5},
         )
+    rough = rough_cells(slowest, "latency_ms")
     return [
-        f"{i + 1}  {label} ({format_time_ms(ms)})"
-        for i, (label, ms) in enumerate(
-            zip(module_labels(slowest["module"], slowest.get("call")), slowest["latency_ms"])
+        f"{i + 1}  {label} ({ROUGH_MARK if r else ''}{format_time_ms(ms)})"
+        for i, (label, ms, r) in enumerate(
+            zip(module_labels(slowest["module"], slowest.get("call")), slowest["latency_ms"], rough)
         )
     ]
 
@@ -462,8 +502,8 @@ def plot_compare(
     for ax, metric in zip(axes, metrics):
         spec = column_spec(metric, compare_df[metric])
         values = compare_df[metric].to_numpy(dtype=float)
-        rough = [is_rough_cell(compare_df, i, metric) for i in range(len(values))]
-        ax.bar(pos, values, color=["tab:gray" if r else "tab:blue" for r in rough])
+        rough = rough_cells(compare_df, metric)
+        ax.bar(pos, values, color=bar_colours(rough))
         ax.set_xticks(pos, labels, rotation=30, ha="right")
         ax.set_title(spec.header)
         fmt = _value_formatter(spec.kind)
@@ -485,7 +525,7 @@ def plot_compare(
     if title:
         fig.suptitle(title)
     if marked:  # (the table's caption and notes say why)
-        fig.supxlabel(f"{ROUGH_MARK}, grey: rough, no figure to quote", fontsize=8)
+        fig.supxlabel(ROUGH_WORDS, fontsize=8)
     return save_figure(fig, save)
 
 
