@@ -66,7 +66,13 @@ from modelprof.timing.options import (
     keyword_names,
     warn_unused_without_timing,
 )
-from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
+from modelprof.timing.peaks import (
+    Peaks,
+    conv_uses_other_precision,
+    lookup_peaks,
+    peak_dtype,
+    probe_peaks,
+)
 
 __all__ = ["profile"]
 
@@ -238,7 +244,7 @@ def _run_info(
     if layers is not None and layers.hook_cost is not None:
         env["hook_cost"] = layers.hook_cost.to_dict()
     if roofline is not False and (spec.timing or roofline not in (None, True)):
-        timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env))
+        timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env, spec.opts.amp))
     run = RunInfo(
         type(model).__name__,
         mi.shapes(),
@@ -632,17 +638,17 @@ def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
             mine.notes = (mine.notes or Counter()) + stats.notes
 
 
-def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
-    """The peaks for the roofline columns, and both the probe and the table in ``env``."""
+def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any], amp: Any = None):
+    """The peaks for the roofline columns, and both the probe and the table in ``env``: of the
+    dtype the matmuls ran in (``peak_dtype``: ``amp``'s under autocast, else the inputs')."""
     if isinstance(roofline, Peaks):
         peaks = roofline
     elif roofline in (None, True):
-        peaks = probe_peaks(mi.device, mi.dtype)
+        peaks = probe_peaks(mi.device, peak_dtype(mi.dtype, amp))
     else:
         raise ModelProfError(f"roofline={roofline!r} must be None, True, False or a Peaks")
-    name = str(mi.dtype).removeprefix("torch.")
-    if name == "float32" and mi.device.type == "cuda" and tf32_enabled("matmul"):
-        name = "tf32"
+    tf32 = mi.device.type == "cuda" and tf32_enabled("matmul")
+    name = peak_dtype(mi.dtype, amp, tf32=tf32)
     try:
         table = lookup_peaks(
             str(env.get("device_name", "")),

@@ -67,6 +67,8 @@ from modelprof.report.utilization import (
     Convention,
     Utilization,
     recompute_notes,
+    report_amp,
+    report_peak_dtype,
     resolve_peaks,
     utilization,
 )
@@ -361,7 +363,7 @@ class Report(Exports):
         ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
         ``decode`` step)."""
         chosen, known = resolve_peaks(peak, self)
-        convention = Convention(flops=flops, causal=causal, peaks=chosen)
+        convention = Convention(flops=flops, causal=causal, peaks=chosen, amp=report_amp(self))
         rows, phases = utilization(self, convention, self._by_op, decode=decode)
         by_peak = {}
         for name, p in known.items():
@@ -726,7 +728,8 @@ class Report(Exports):
             raise ModelProfError(
                 "this report has no peaks to draw the roofline against: profile with timing "
                 "(roofline=None probes the device), or pass peaks=modelprof.timing.peaks."
-                f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', {self.dtype!r})"
+                f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', "
+                f"{report_peak_dtype(self)!r})"
             )
         df = self.to_dataframe()  # (the roofs a row proves: by its span as read)
         return plot_roofline(with_read_times(df, self.rows) if self.timed else df, peaks, **kw)

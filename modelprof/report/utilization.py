@@ -20,7 +20,8 @@ Conventions (:class:`Convention`), each named in :meth:`Utilization.describe`:
   beside a softmax; for ``"2macs"``, an op's share in a row is its FLOPs there times its
   2 x MACs / FLOPs over the pass (exact whenever its calls share head sizes and masking).
 - the peak: the datasheet's **dense** figure for the dtype (never the sparse one), or the
-  report's probed peak; both are recorded when both are known (``Utilization.by_peak``).
+  report's probed peak; both are recorded when both are known (``Utilization.by_peak``). The
+  dtype is the one the matmuls ran in: under autocast (``amp=``) its dtype, not the inputs'.
 
 A row's time is its ``latency_ms`` (a training step: plus its ``backward_latency_ms``). The
 phases of a forward are ``forward``; of a training step ``forward`` (over the step's own
@@ -48,7 +49,13 @@ from modelprof.report.frames import shown
 from modelprof.report.roofline import run_peaks
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.group import group_up
-from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
+from modelprof.timing.peaks import (
+    KNOWN_DEVICES,
+    Peaks,
+    autocast_dtype,
+    lookup_peaks,
+    peak_dtype,
+)
 
 __all__ = [
     "CAUSAL_CONVENTIONS",
@@ -61,6 +68,8 @@ __all__ = [
     "group_utilization",
     "mark_loaded",
     "recompute_notes",
+    "report_amp",
+    "report_peak_dtype",
     "resolve_peaks",
     "utilization",
 ]
@@ -94,6 +103,8 @@ class Convention:
     flops: str = "2macs"
     causal: str = "counted"
     peaks: Peaks | None = None
+    #: the autocast dtype the run's matmuls ran in (``amp=``; None without), said with the peak
+    amp: str | None = None
 
     def __post_init__(self) -> None:
         if self.flops not in FLOPS_CONVENTIONS:
@@ -109,11 +120,20 @@ class Convention:
         p, peak = self.peaks, "no peak"
         if p is not None:
             peak = (
-                f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
+                f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}{self._amp_words()}, "
                 f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
                 f"{', ' + p.device if p.device else ''}{_raised_words(p)}{_loaded_words(p)})"
             )
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
+
+    def _amp_words(self) -> str:
+        """Under autocast, that the peak is of the dtype its matmuls ran in (or, a peak of
+        another dtype given, which one they ran in)."""
+        if self.amp is None:
+            return ""
+        if self.peaks is not None and self.peaks.dtype == self.amp:
+            return " (the autocast dtype the matmuls ran in)"
+        return f" (the matmuls ran in {self.amp} under autocast)"
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -204,9 +224,7 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
     probed = run_peaks(report)  # a probe with the roofs the rows beat raised: the plot's too
     if isinstance(probed, Peaks):
         known["probe" if probed.source == "probe" else "given"] = probed
-    dtype = report.dtype
-    if dtype == "float32" and report.env.get("tf32_matmul") and str(report.device) != "cpu":
-        dtype = "tf32"  # float32 matmuls ran on TF32 tensor cores: that rate is the roof
+    dtype = report_peak_dtype(report, tf32=True)
     device = report.env.get("device_name", report.device)
     sheet = _datasheet(device, dtype)
     if sheet is not None:
@@ -234,15 +252,28 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
             raise mig_refusal(
                 peak, "peak", "use peak='probe' (measured on the slice) or pass a Peaks"
             )
-        named = lookup_peaks(peak, report.dtype)
+        named = lookup_peaks(peak, report_peak_dtype(report))
         if named is None:
             raise ModelProfError(
-                f"peak={peak!r}: no datasheet peak at {report.dtype} for that "
+                f"peak={peak!r}: no datasheet peak at {report_peak_dtype(report)} for that "
                 f"name; known: {sorted(KNOWN_DEVICES)}"
             )
         known["datasheet"] = named
         return named, known
     raise ModelProfError(f"peak={peak!r} must be 'datasheet', 'probe', a device name or a Peaks")
+
+
+def report_peak_dtype(report: Any, *, tf32: bool = False) -> str:
+    """The dtype ``report``'s peak is of (``peak_dtype``): its autocast dtype where it ran under
+    ``amp=`` (:func:`report_amp`), else its inputs'; ``tf32``: float32 matmuls that ran on TF32
+    tensor cores (``env["tf32_matmul"]``, off the CPU) are judged at that rate."""
+    tf32 = tf32 and bool(report.env.get("tf32_matmul")) and str(report.device) != "cpu"
+    return peak_dtype(report.dtype, report_amp(report), tf32=tf32)
+
+
+def report_amp(report: Any) -> str | None:
+    """The dtype ``report``'s matmuls ran in under autocast (``env["mode"]["amp"]``), else None."""
+    return autocast_dtype(report.dtype, (report.env.get("mode") or {}).get("amp"))
 
 
 def _no_peak(report: Any) -> str:

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,12 +31,14 @@ __all__ = [
     "KNOWN_DEVICES",
     "MemoryLevel",
     "Peaks",
+    "autocast_dtype",
     "cache_levels",
     "last_level_cache_bytes",
     "conv_uses_other_precision",
     "lookup_peaks",
     "match_device",
     "parse_cache_size",
+    "peak_dtype",
     "probe_peaks",
 ]
 
@@ -172,6 +174,30 @@ def _dtype_name(dtype: torch.dtype | str) -> str:
             f"dtype {dtype!r} has no roofline peak; use one of float32, tf32, float16, bfloat16, float64"
         )
     return _DTYPE_NAMES[key]
+
+
+def autocast_dtype(dtype: Any, amp: Any) -> str | None:
+    """The name of the dtype autocast (``amp``: a ``torch.dtype`` or its name, as a report's
+    ``env["mode"]["amp"]`` holds it) ran the matmuls and convolutions of a run of ``dtype`` in:
+    ``amp``'s, for float32 and float16/bfloat16 tensors; None without autocast or for a float64
+    run (autocast leaves float64 as it is)."""
+    if amp is None or amp is False or _plain_name(dtype) == "float64":
+        return None
+    return _plain_name(amp)
+
+
+def peak_dtype(dtype: Any, amp: Any = None, *, tf32: bool = False) -> str:
+    """The name of the dtype a run's peak is of, a matmul of the dtype its matmuls ran in:
+    under autocast its dtype (:func:`autocast_dtype`), else the run's ``dtype``; float32 with
+    ``tf32`` (TF32 matmuls on, on a GPU) is ``"tf32"``. The one rule of the probe, the datasheet
+    lookup and ``Report.utilization``; a name with no peak is returned as it is."""
+    name = autocast_dtype(dtype, amp) or _plain_name(dtype)
+    return "tf32" if name == "float32" and tf32 else name
+
+
+def _plain_name(dtype: Any) -> str:
+    """``torch.bfloat16`` or ``"torch.bfloat16"`` as ``"bfloat16"``."""
+    return str(dtype).strip().removeprefix("torch.")
 
 
 @dataclass(frozen=True)
