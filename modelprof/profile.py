@@ -171,7 +171,7 @@ def profile(
             guard = rng_scope.enter_context(preserved_state(model, rescan=True))
         # the model's random ops (train-mode dropout) draw from forked generators in every pass
         rng_scope.enter_context(random_kept(mi.device))
-        spec, meta_notes = _on(spec, mi)
+        spec, meta_notes = _on(spec, mi, model)
         spec.check_device(mi.device)
         with _batch_hint(input_size, mi, model, inputs):
             static, step_cost = _count(model, mi, spec)
@@ -257,12 +257,12 @@ def _run_info(
     return run, timed
 
 
-def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
+def _on(spec: _Spec, mi: ModelInputs, model: nn.Module) -> tuple[_Spec, list[str]]:
     """``spec`` on the inputs' device (its training step's loss for them: ``labels`` make it
-    the model's own), and the inputs' notes; on meta nothing can be timed."""
+    the model's own), and the inputs' and the mode's notes; on meta nothing can be timed."""
     step = spec.step.for_inputs(mi.kwargs) if spec.step is not None else None
     spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device), step=step)
-    notes = list(mi.notes)
+    notes = list(mi.notes) + _held_in_eval(model, spec.mode.training)
     crowded = oversubscribed_note() if spec.timing and mi.device.type == "cpu" else None
     if not spec.timing or mi.device.type != "meta":
         return spec, notes + ([crowded] if crowded else [])
@@ -270,6 +270,30 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
         *notes,
         "device='meta': counted from shapes alone, not timed (meta tensors have no "
         "values and run no kernels); pass a real device to time",
+    ]
+
+
+def _held_in_eval(model: nn.Module, training: bool) -> list[str]:
+    """A note where train mode overrides submodules the model held in eval mode under a parent
+    in train mode (frozen batch norms, a dropout switched off): the run uses batch statistics
+    and dropout there. Its own ``train()`` that keeps them (as detection backbones do) holds."""
+    modules = list(model.modules())
+    own = any(type(m).train is not nn.Module.train for m in modules)  # it decides for itself
+    if not training or not model.training or own:
+        return []
+    held = [
+        name
+        for name, m in model.named_modules()
+        if name and not m.training and model.get_submodule(name.rpartition(".")[0]).training
+    ]
+    if not held:
+        return []
+    more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+    return [
+        f"train mode (training=True) was set on modules the model held in eval mode: "
+        f"{', '.join(held[:3])}{more}, so their batch norms used batch statistics and their "
+        "dropout was on; to keep them in eval mode, override the model's train() to leave them "
+        "(it is called for every pass), or pass training=False for eval mode throughout"
     ]
 
 

@@ -307,3 +307,30 @@ def test_a_torchscript_training_step_is_refused_before_anything_runs():
     # the forward alone: one opaque row, counted in full: 6*4 = 24 MACs, 6*4 + 4 = 28 params
     report = profile(scripted, (6,), timing=False)
     assert (report.totals["macs"], report.totals["params"]) == (24, 28)
+
+
+def test_submodules_held_in_eval_mode_are_named_when_a_step_sets_train_mode():
+    model = nn.Sequential(
+        nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 2))
+    )
+    model[1].eval()  # a frozen batch norm
+    model[2].eval()  # a head whose dropout the user switched off
+    report = profile(model, (8,), batch_size=4, backward=True, timing=False)
+    # the top-most modules held in eval under a parent in train mode: "1" and "2", not 2.0
+    (note,) = [n for n in report.timing_notes if "held in eval mode" in n]
+    assert "held in eval mode: 1, 2, so their batch norms used batch statistics" in note
+    assert not model[1].training and not model[2][0].training  # given back as they were
+    # the whole model in eval mode: train mode is the documented default, nothing to say
+    model.eval()
+    quiet = profile(model, (8,), batch_size=4, backward=True, timing=False)
+    assert not any("held in eval mode" in n for n in quiet.timing_notes)
+
+    class KeepsNormFrozen(nn.Sequential):
+        def train(self, mode=True):  # the detection backbones' override: the model decides
+            super().train(mode)
+            self[1].eval()
+            return self
+
+    kept = KeepsNormFrozen(nn.Linear(8, 8), nn.BatchNorm1d(8).eval(), nn.Linear(8, 2))
+    said = profile(kept, (8,), batch_size=4, backward=True, timing=False).timing_notes
+    assert not any("held in eval mode" in n for n in said)
