@@ -770,11 +770,14 @@ def _hook_cost_note(layers: Any) -> str:
             else "the model's passes read nothing, and a hooked call costs no less in a model"
         )
         where = f", measured on a chain of empty modules: {why}"
+        if cost.capped:
+            where += "; at most what the passes' time outside the spans holds (the chain read more)"
     elif cost.capped:
         where = (
-            ", at most what the passes' time outside the leaves' spans holds and a hooked "
-            "call's cost on a chain of empty modules inside a span (the pass pairs read more: "
-            "an instrumented pass waited longer inside its ops, as under load)"
+            ", at most what the passes' time outside the leaves' spans (and the cheapest "
+            "parent's outside its children's) holds and a hooked call's cost on a chain of "
+            "empty modules inside a span (the pass pairs read more: an instrumented pass "
+            "waited longer inside its ops, as under load)"
         )
     return (
         f"per-layer times are corrected for the instrument's measured cost: "

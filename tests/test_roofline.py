@@ -513,6 +513,20 @@ def test_a_self_row_proves_no_roof_and_reads_rough_above_it() -> None:
     assert not _short_own_rows(idle).any()
 
 
+def test_a_measured_row_at_zero_that_did_work_reads_rough() -> None:
+    # a loaded resnet18's layer2.0.downsample.0 (a 6.4M-MAC conv, 0.229 ms as read) read 0
+    # once 2 x 241 us a hooked call were taken off its parent and it was fitted in: with no
+    # efficiency to judge (its time 0), nothing marked it. A measured row at 0 though it did
+    # work is rough, with or without the roofline's columns; without work, 0 is its time
+    from modelprof.report.report import _short_own_rows
+
+    zero = _fast_rows().assign(latency_ms=[0.0, 0.5e-4, 1.0, 2.0])
+    assert _short_own_rows(zero).tolist() == [True, False, False, False]
+    assert _short_own_rows(add_roofline(zero, PROBED)).tolist()[0]
+    idle = zero.assign(flops=0, read_bytes=0, write_bytes=0)
+    assert not _short_own_rows(idle).any()
+
+
 def test_a_short_self_row_is_named_in_the_caption(monkeypatch) -> None:
     # the rule is _short_own_rows' (tested above on constructed rows); here its wiring: a
     # report whose only rough rows are short (self) rows says why they are marked, where the

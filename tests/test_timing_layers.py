@@ -236,6 +236,116 @@ def test_the_gap_bound_holds_no_bound_where_the_leaves_overlap():
     assert _gap_bound(np.full(5, 1.0), overlap, [None, 0, 0]) == float("inf")
 
 
+class _Downsampled(nn.Module):
+    """resnet18's shape in small: a 2 ms leaf, then a ``downsample`` of two leaves (0.2 and
+    0.05 ms), then 0.1 ms of the parent's own work, which in an instrumented pass waits
+    ``clock.wait`` ms more (what a loaded machine did to the gaps between a pass's calls)."""
+
+    def __init__(self, clock) -> None:
+        super().__init__()
+        from fake_clock import VirtualSpin
+
+        self.clock = clock
+        self.conv = VirtualSpin(clock, 2.0)
+        self.downsample = nn.Sequential(VirtualSpin(clock, 0.2), VirtualSpin(clock, 0.05))
+
+    def forward(self, x):
+        x = self.downsample(self.conv(x))
+        self.clock.advance(0.1 + self.clock.wait)
+        return x
+
+
+def test_a_wait_in_the_passes_gaps_is_not_taken_for_the_hooks_and_zeroes_no_layer(monkeypatch):
+    # a loaded 2-core machine: resnet18's pass pairs read 241 us per hooked call (in wall and
+    # thread CPU time alike; ~2 us quiet), and the time outside the leaves' spans held 730 us
+    # per call, so nothing bounded it: layer2.0.downsample (0.297 ms as read) lost 2 x 241 us,
+    # and it and its two children (a 6.4M-MAC conv read at 0.229 ms) read 0. No real time
+    # here: on a fake clock each clock read costs 2 us (the hooks' cost: half inside a call's
+    # span, after its start stamp, half outside, after its end stamp), and every instrumented
+    # pass waits 3 ms in the root's own time: paired, 3 ms / 5 calls = 600 us "per call". The
+    # downsample's own time is its two children's hooks alone: 2 x 2 us outside their spans
+    # (and its own 2 us inside its span), so a hooked call costs at most 3 us outside a span
+    import fake_clock
+
+    import modelprof.timing.layers as layers_module
+
+    clock = fake_clock.install(monkeypatch)
+    clock.wait = 0.0
+    read_ms = 0.002
+
+    def read() -> int:
+        now = clock.wall_ns
+        clock.advance(read_ms)
+        return now
+
+    clock_time = layers_module.time  # the fake module both clocks read
+    monkeypatch.setattr(clock_time, "perf_counter_ns", read)
+    real_pass = layers_module._Instrument._instrumented_pass
+
+    def loaded_pass(self):
+        clock.wait = 3.0
+        try:
+            return real_pass(self)
+        finally:
+            clock.wait = 0.0
+
+    monkeypatch.setattr(layers_module._Instrument, "_instrumented_pass", loaded_pass)
+    model = _Downsampled(clock)
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=2, repeat=12)
+    med = lt.median_ms()
+    spins = {("conv", 1): 2.0, ("downsample.0", 1): 0.2, ("downsample.1", 1): 0.05}
+    for key, ms in {**spins, ("downsample", 1): 0.25}.items():
+        # each keeps its work (less the hooks' few microseconds): none is read as 0
+        assert med[key] == pytest.approx(ms, rel=0.1), key
+    cost = lt.hook_cost
+    # the pairs read the wait (wall and CPU time), and so does the time outside the leaves'
+    # spans; the downsample's gap bounds the cost outside a span to 3 us, and inside one the
+    # rest is taken up to the chain's whole hooked call (4 us: two reads): 7 us, capped
+    paired = float(np.median(lt.passes_ms - lt.plain_ms)) / len(lt.order)
+    assert paired > 0.5
+    assert cost.source == "model" and cost.capped
+    assert cost.per_call_ms == pytest.approx(0.007) and cost.self_ms == pytest.approx(0.004)
+    # the children still fit in their corrected parent, pass by pass (no (self) row < 0)
+    kids = lt.samples[("downsample.0", 1)] + lt.samples[("downsample.1", 1)]
+    assert (lt.samples[("downsample", 1)] >= kids - 1e-9).all()
+
+
+def test_the_gap_bound_is_the_cheapest_parents_time_outside_its_children():
+    # a root (10 ms) holding a 6 ms leaf and a parent (1.01 ms) of two 0.5 ms leaves: the
+    # pass's time outside the leaves, (10.2 - 7) / 5 calls = 640 us per call, and the root's,
+    # (10 - 7.01) / 2 = 1.495 ms, hold a wait; the parent's 10 us between its children hold
+    # their hooks alone: 5 us per call bounds them all
+    from modelprof.timing.layers import _gap_bound
+
+    spans = np.array([[10.0, 6.0, 1.01, 0.5, 0.5]] * 3)
+    assert _gap_bound(np.full(3, 10.2), spans, [None, 0, 0, 2, 2]) == pytest.approx(0.005)
+    # not aligned with the passes: the parents' gaps still bound it
+    assert _gap_bound(np.full(2, 10.2), spans, [None, 0, 0, 2, 2]) == pytest.approx(0.005)
+
+
+def test_the_chains_figure_is_bounded_by_the_passes_too():
+    # 3 passes (below MIN_COST_PASSES): the chain's figure is taken, and where it reads more
+    # than the passes show outside the spans (here a loaded chain's 50 us per hooked call,
+    # where the downsample's 10 us between its two children hold 5 us a call) plus its inside
+    # part (2 us), it is taken at that bound, and the note says so
+    from modelprof.profile import _hook_cost_note
+    from modelprof.timing.layers import _measured_hook_cost
+
+    plan = SimpleNamespace(keys=[("", 1), ("conv", 1), ("ds", 1), ("ds.0", 1), ("ds.1", 1)])
+    plan.parent_index = [None, 0, 0, 2, 2]
+    spans = np.array([10.0, 6.0, 1.01, 0.5, 0.5])
+    run = SimpleNamespace(
+        plan=plan,
+        sampled=SimpleNamespace(samples_ms=np.full(3, 10.2), n=3),
+        inst=SimpleNamespace(plain=[np.full(3, 9.0)], cpu_ms=None, rows=[spans] * 3),
+    )
+    cost = _measured_hook_cost(run, HookCost(per_call_ms=0.05, self_ms=0.002, source="chain"))
+    assert cost.source == "chain" and cost.capped
+    assert cost.per_call_ms == pytest.approx(0.007) and cost.self_ms == pytest.approx(0.002)
+    note = _hook_cost_note(SimpleNamespace(hook_cost=cost, n=3))
+    assert "chain of empty modules" in note and "at most what the passes' time outside" in note
+
+
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):
     _, lt = spin_timing
     # the instrumented and the plain passes of the same model, interleaved: 4 hooked calls

@@ -753,7 +753,7 @@ class Report(Exports):
                     "their work allows"
                     if own
                     else "rows read shorter than their work allows (the hooks' measured cost "
-                    "took more than half of a span)"
+                    "took more than half of a span, or all of it)"
                 )
         backward = self.backward_agreement
         if backward is not None and not (backward.agree or backward.between_regimes):
@@ -1035,17 +1035,18 @@ def _torchvision_name(class_name: str, params: int) -> str | None:
 
 
 def _short_own_rows(df: pd.DataFrame) -> pd.Series:
-    """Per row: a ``(self)`` row whose time (its parent's span less its children's) reads
-    short, at 0 though it did work or faster than the roof it is judged against (efficiency
-    above 1, which for a measured row raises the probed roof instead): the hooks' correction
-    or the load took time from its parent, and its time is rough. So is a measured row's
-    faster than its roof where the hooks' correction took more than half of its span as read
-    (``PROOF_COLUMN``: it proved that roof by the half, ``roof_proofs``), or whose passes
-    scatter wider than its median (``scattered``: it proved none); above a roof given
-    or looked up, its time stands, its efficiency above 1 saying so."""
+    """Per row: a row at 0 though it did work (the hooks' correction took its whole span, or
+    its parent's own time), and a ``(self)`` row whose time (its parent's span less its
+    children's) reads faster than the roof it is judged against (efficiency above 1, which
+    for a measured row raises the probed roof instead): the hooks' correction or the load took
+    time from it, and its time is rough. So is a measured row's faster than its roof where
+    the hooks' correction took more than half of its span as read (``PROOF_COLUMN``: it
+    proved that roof by the half, ``roof_proofs``), or whose passes scatter wider than its
+    median (``scattered``: it proved none); above a roof given or looked up, its time stands,
+    its efficiency above 1 saying so."""
     own = pd.Series(own_rows(df), index=df.index)
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
-    short = (df["latency_ms"] <= 0) & work & own
+    short = (df["latency_ms"] <= 0) & work
     if "efficiency" in df.columns:
         above = df["efficiency"] > 1
         read = df.get(PROOF_COLUMN, pd.Series(np.nan, index=df.index))
