@@ -43,8 +43,9 @@ def sweep(
     """Profile every configuration of ``config``; return one row per configuration.
 
     ``config``: a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts
-    (:mod:`modelprof.distributed.sweep_config`). Counting-only configurations run on ``meta``;
-    timed ones after all counting, one at a time per device. ``out``: the folder of the
+    (:mod:`modelprof.distributed.sweep_config`). Counting-only configurations run on ``meta``
+    (under ``amp``, on their ``device``); timed ones after all counting, one at a time per
+    device. ``out``: the folder of the
     per-configuration files (what makes a sweep resumable) and ``sweep.csv``/``sweep.json``;
     ``resume=False`` runs everything again, ``retry_failed=True`` the failed configurations.
     Under ``torchrun`` configuration ``i`` runs on rank ``i % WORLD_SIZE`` and ``timeout_s``

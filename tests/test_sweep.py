@@ -230,6 +230,22 @@ def test_backward_mode_and_timed_config(nets: Path) -> None:
     assert set(COUNTED_COLUMNS[:7]) <= set(df.columns)
 
 
+def test_a_counted_configuration_under_amp_is_counted_on_its_device(nets: Path) -> None:
+    """A trial's modes=["backward"], options={amp="bf16"} failed every row: 'amp cannot be
+    emulated on device='meta'', and a sweep had no way to count on the CPU. Counting under
+    amp runs on the grid's device (the CPU by default), as profile(amp=...) does."""
+    df = sweep({"models": [f"{nets}:narrow"], "modes": ["backward"], "options": {"amp": "bf16"}})
+    row = df.iloc[0]
+    assert (row["status"], row["device"], row["timing"]) == ("ok", "cpu", False), row["error"]
+    model, _, size = load_model(f"{nets}:narrow")
+    totals = modelprof.profile(
+        model, size, backward=True, amp="bf16", device="cpu", timing=False
+    ).totals
+    assert {c: row[c] for c in totals} == totals
+    # without amp a counted configuration stays on meta
+    assert sweep({"models": [f"{nets}:narrow"]})["device"].tolist() == ["meta"]
+
+
 def test_a_timed_row_says_whether_load_stretched_it(nets: Path, monkeypatch, capsys) -> None:
     # a newcomer's sweep on a busy 2-core machine read 6.5 ms for a 25 us model with nothing in
     # the row or the printed table to say so: latency_loaded carries the measurement's verdict
@@ -350,6 +366,8 @@ def test_cuda_means_the_local_rank_and_counting_means_meta() -> None:
     assert _device(SweepConfig("alexnet", timing=True, device="cuda"), ranks) == "cuda:1"
     assert _device(SweepConfig("alexnet", timing=True, device="cuda:0"), ranks) == "cuda:0"
     assert _device(SweepConfig("alexnet", timing=False, device="cuda"), ranks) == "meta"
+    amp = SweepConfig("alexnet", timing=False, device="cuda", options=(("amp", "bf16"),))
+    assert _device(amp, ranks) == "cuda:1"  # counted under amp: on its device
     if not torch.cuda.is_available():
         assert _gpu_key("cuda:1") == "cuda1"  # without CUDA the index is all there is
 

@@ -3,7 +3,8 @@ dealt across ``torchrun`` ranks or run in one process, gathered into one DataFra
 
 - Configuration ``i`` (in expansion order) belongs to rank ``i % world_size``: every rank knows
   its share without talking, and a rerun deals the same way (meeting: :mod:`.sweep_ranks`).
-- Counting only (``timing=False``) runs on ``meta``: no weights, no competition for memory.
+- Counting only (``timing=False``) runs on ``meta``: no weights, no competition for memory;
+  one under ``amp`` on its ``device`` (autocast acts on real devices only).
 - Timed configurations run after every rank has counted (a barrier), each under an exclusive
   lock of its device on the host (``cpu``, or one per GPU); ``"cuda"`` is ``cuda:LOCAL_RANK``.
 - Failures are rows (``status="error"``); each finished row is saved at once, so a rerun
@@ -193,8 +194,9 @@ def run_config(
 
 
 def _device(config: SweepConfig, ranks: SweepRanks) -> str:
-    """Where the configuration runs: meta when only counted, ``cuda:LOCAL_RANK`` for cuda."""
-    if not config.timing:
+    """Where the configuration runs: meta when only counted (but under ``amp``),
+    ``cuda:LOCAL_RANK`` for cuda."""
+    if config.on_meta:
         return "meta"
     if config.device == "cuda":
         return f"cuda:{ranks.local_rank}"

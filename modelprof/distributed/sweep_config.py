@@ -37,7 +37,8 @@ _DEFAULTS = {"batch_size": [1], "dtype": ["float32"], "mode": ["forward"]}
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    """What one ``profile()`` call measures (``timing=False``: counted on ``meta``). ``options``
+    """What one ``profile()`` call measures (``timing=False``: counted on ``meta``, but for
+    ``amp``: :attr:`on_meta`). ``options``
     are further ``profile()`` keywords as sorted pairs, so the configuration hashes stably."""
 
     model: str
@@ -60,6 +61,13 @@ class SweepConfig:
         if self.tokens is None:
             del d["tokens"]
         return d
+
+    @property
+    def on_meta(self) -> bool:
+        """Counted on ``meta``: counting only, without ``amp`` (autocast acts on real devices
+        alone, by each device's own rules: a counted configuration under ``amp`` runs on its
+        ``device``, as ``profile(amp=...)`` needs)."""
+        return not self.timing and dict(self.options).get("amp") in (None, False)
 
     @property
     def key(self) -> str:
