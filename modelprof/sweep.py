@@ -15,18 +15,20 @@ import pandas as pd
 import torch
 
 from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
-from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
+from modelprof.distributed.sweep_config import MODES, STEP_OPTIONS, SweepConfig, load_sweep
 from modelprof.distributed.sweep_store import ResultStore
 from modelprof.errors import keywords_named
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
 from modelprof.render.jsonio import to_json
-from modelprof.runtime.inputs import token_inputs
+from modelprof.runtime.execution import RunMode
+from modelprof.runtime.inputs import parse_device, token_inputs
+from modelprof.step.spec import StepSpec, refuse_eager_only
 from modelprof.timing.interleave import interval_columns
-from modelprof.timing.options import OPTION_NAMES
+from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
-__all__ = ["measure_config", "profile_keywords", "sweep"]
+__all__ = ["check_config", "measure_config", "profile_keywords", "sweep"]
 
 
 @keywords_named
@@ -64,7 +66,7 @@ def sweep(
     where it does, NaN otherwise), ``options``, ``warnings`` (what ``profile()`` warned), and
     ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
-    configs = load_sweep(config, options=profile_keywords())
+    configs = load_sweep(config, options=profile_keywords(), check=check_config)
     check_options(resume, retry_failed, progress, timeout_s, on_config)
     store = ResultStore(out, to_csv, to_json) if out is not None else None
     return run_sweep(
@@ -82,6 +84,25 @@ def sweep(
 def profile_keywords() -> set[str]:
     """The keywords ``profile()`` takes, timing options included (a grid's ``options``)."""
     return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
+
+
+def check_config(config: SweepConfig) -> None:
+    """Refuse, before anything runs, what ``profile()`` would refuse of one configuration, with
+    its parsers and messages: the timing options, the train switches, the training step's
+    options (backward mode), the device it runs on (timed, or counted under ``amp``) and what
+    its timing needs there."""
+    options = dict(config.options)
+    opts = TimingOptions.parse(**{k: v for k, v in options.items() if k in OPTION_NAMES})
+    backward = bool(MODES[config.mode].get("backward"))
+    switches = {k: options[k] for k in ("training", "no_grad") if k in options}
+    RunMode.parse(backward=backward, amp=opts.amp, **switches)
+    if backward:
+        refuse_eager_only(opts)
+        StepSpec.parse(**{k: options[k] for k in STEP_OPTIONS if k in options})
+    if not config.on_meta:
+        device = parse_device(config.device)  # (its local rank's index is torchrun's)
+        if config.timing and device is not None:
+            opts.check_device(device)
 
 
 def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from modelprof.distributed.sweep_config import SweepConfig, expand_grids, load_sweep
 from modelprof.errors import ModelProfError
@@ -161,3 +162,51 @@ def test_training_step_options_go_to_the_backward_mode_only() -> None:
         ModelProfError, match=r"options\.loss_fn sets the training step.*'backward'"
     ):
         expand_grids({"models": ["resnet18"], "options": {"loss_fn": "mse"}})
+
+
+_NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")
+
+
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        ({"timing": True, "options": {"budget_s": -1}}, ["budget_s=-1 must be"]),
+        pytest.param(
+            {"timing": True, "device": "cuda"},
+            ["device='cuda': CUDA is not available"],
+            marks=_NO_CUDA,
+        ),
+        pytest.param(  # counted under amp: on its device too
+            {"device": "cuda", "options": {"amp": "bf16"}},
+            ["device='cuda': CUDA is not available"],
+            marks=_NO_CUDA,
+        ),
+        ({"modes": ["backward"], "options": {"amp": "int8"}}, ["amp='int8' must be"]),
+        ({"modes": ["backward"], "options": {"optimizer": "adamx"}}, ["'adamx' is not a torch"]),
+        ({"modes": ["backward"], "options": {"target": 3}}, ["target= needs loss_fn="]),
+        ({"timing": True, "options": {"transfer": True}}, ["transfer=True needs a CUDA device"]),
+        (
+            {"modes": ["backward"], "options": {"cuda_graph": True}},
+            ["cuda_graph is not supported with backward=True"],
+        ),
+    ],
+)
+def test_option_values_are_refused_before_anything_runs(
+    grid: dict, words: list[str], tmp_path: Path
+) -> None:
+    """A trial's budget_s=-1, device="cuda" without CUDA, amp="int8", optimizer="adamx" and
+    target without loss_fn each passed the checks and became a failed row after the sweep
+    ran; profile()'s own parsers now refuse them up front, with its messages."""
+    from modelprof import sweep
+
+    ran: list = []
+    with pytest.raises(ModelProfError) as info:
+        sweep(
+            [{"models": ["alexnet"]}, {"models": ["alexnet"], **grid}],
+            out=tmp_path / "out",
+            on_config=lambda config, row: ran.append(row),
+        )
+    assert "grid 2: " in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+    assert ran == [] and not any((tmp_path / "out").rglob("*.json"))

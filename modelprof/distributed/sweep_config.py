@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +95,22 @@ class SweepConfig:
         )
 
 
-def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[SweepConfig]:
+#: ``check(config)``: refuses (a ``ModelProfError``) what the measure would refuse of one
+#: configuration, so that it is refused before anything runs; its message is prefixed with the
+#: entry (``grid 2``)
+Check = Callable[["SweepConfig"], None]
+
+
+def load_sweep(
+    source: Any, *, options: Collection[str] | None = None, check: Check | None = None
+) -> list[SweepConfig]:
     """The configurations of ``source`` (a ``.json``/``.toml`` path, a dict or a list of dicts)
-    in expansion order, duplicates dropped; ``options``: the keywords a grid may use (None: any)."""
+    in expansion order, duplicates dropped; ``options``: the keywords a grid may use (None: any);
+    ``check``: run on each configuration (:data:`Check`)."""
     origin = str(source) if isinstance(source, (str, Path)) else "sweep"
     try:
         data = _read_file(Path(source)) if isinstance(source, (str, Path)) else source
-        return expand_grids(data, origin=origin, options=options)
+        return expand_grids(data, origin=origin, options=options, check=check)
     except RecursionError:  # lists in lists a hundred thousand deep: no grid is like that
         raise ModelProfError(
             f"sweep config {origin!r} is nested too deeply to be a sweep "
@@ -128,14 +137,24 @@ def _read_file(path: Path) -> Any:
 
 
 def expand_grids(
-    data: Any, *, origin: str = "sweep", options: Collection[str] | None = None
+    data: Any,
+    *,
+    origin: str = "sweep",
+    options: Collection[str] | None = None,
+    check: Check | None = None,
 ) -> list[SweepConfig]:
-    """Every configuration of one grid or a list of grids (see the module docstring)."""
+    """Every configuration of one grid or a list of grids (see the module docstring), each
+    new one given to ``check``."""
     grids = _grids(data, origin)
     configs: dict[SweepConfig, None] = {}
     for i, grid in enumerate(grids, 1):
         where = f"{origin}: grid {i}" if len(grids) > 1 else origin
         for config in _expand(grid, where, options):
+            if check is not None and config not in configs:
+                try:
+                    check(config)
+                except ModelProfError as e:
+                    raise ModelProfError(f"{where}: {e}") from e
             configs.setdefault(config, None)
     return list(configs)
 
