@@ -17,18 +17,18 @@ import torch
 from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
 from modelprof.distributed.sweep_config import MODES, STEP_OPTIONS, SweepConfig, load_sweep
 from modelprof.distributed.sweep_store import ResultStore
-from modelprof.errors import keywords_named
+from modelprof.errors import ModelProfError, keywords_named
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
 from modelprof.render.jsonio import to_json
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import parse_device, token_inputs
-from modelprof.step.spec import StepSpec, refuse_eager_only
+from modelprof.step.spec import StepSpec, functional_loss, refuse_eager_only
 from modelprof.timing.interleave import interval_columns
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
-__all__ = ["check_config", "measure_config", "profile_keywords", "sweep"]
+__all__ = ["check_config", "measure_config", "profile_keywords", "profile_options", "sweep"]
 
 
 @keywords_named
@@ -98,7 +98,8 @@ def check_config(config: SweepConfig) -> None:
     RunMode.parse(backward=backward, amp=opts.amp, **switches)
     if backward:
         refuse_eager_only(opts)
-        StepSpec.parse(**{k: options[k] for k in STEP_OPTIONS if k in options})
+        step = profile_options(config, "meta")
+        StepSpec.parse(**{k: step[k] for k in STEP_OPTIONS if k in step})
     if not config.on_meta:
         device = parse_device(config.device)  # (its local rank's index is torchrun's)
         if config.timing and device is not None:
@@ -120,7 +121,7 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
         timing=config.timing,
         progress=False,
         **MODES[config.mode],
-        **dict(config.options),
+        **profile_options(config, device),
     )
     totals = report.totals
     row: dict[str, Any] = {"input_shape": report.input_shape}
@@ -141,6 +142,31 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
             if name in phases:
                 row.update(interval_columns(f"{name}_latency", phases[name]))
     return row
+
+
+def profile_options(config: SweepConfig, device: str) -> dict[str, Any]:
+    """``config``'s options as ``profile()`` takes them: ``loss_fn``, a name, as the
+    ``torch.nn.functional`` loss it names; ``target``, one sample's (a class index, a number,
+    a list), repeated over the batch on ``device`` (floats in the configuration's dtype)."""
+    options = dict(config.options)
+    if "loss_fn" in options:
+        options["loss_fn"] = functional_loss(options["loss_fn"])
+    if "target" in options:
+        options["target"] = _target(options["target"], config, device)
+    return options
+
+
+def _target(value: Any, config: SweepConfig, device: str) -> torch.Tensor:
+    try:
+        one = torch.tensor(value)  # (a list is stored as a tuple: the same tensor)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ModelProfError(
+            f"target={value!r} is not one sample's target (a class index, a number or a list "
+            f"of numbers, repeated over the batch): {e}"
+        ) from e
+    if one.is_floating_point():
+        one = one.to(getattr(torch, config.dtype))
+    return one.to(device).expand(config.batch_size, *one.shape).contiguous()
 
 
 def _latency(prefix: str, m: Any) -> Mapping[str, Any]:

@@ -522,6 +522,58 @@ def test_an_optimizer_in_a_forward_and_backward_grid_runs_every_configuration(
     assert df["macs"].tolist() == [200, 200] and df["backward_macs"].iloc[1] == 200
 
 
+def test_a_loss_named_in_the_file_or_given_as_the_function_trains_on_its_target(
+    nets: Path, tmp_path: Path
+) -> None:
+    """A trial's options={loss_fn="cross_entropy", target=3} failed ('is not callable'), and in
+    Python loss_fn=F.cross_entropy was refused as 'not a plain value': a sweep could train on
+    the sum of the outputs alone. A torch.nn.functional loss is named (or given, in Python, as
+    the function: recorded by its name); target is one sample's, repeated over the batch."""
+    toml = tmp_path / "grid.toml"
+    toml.write_text(
+        f'models = ["{nets}:narrow"]\nbatch_sizes = [1, 4]\nmodes = ["backward"]\n'
+        'options = {loss_fn = "cross_entropy", target = 3, optimizer = "sgd"}\n'
+    )
+    df = sweep(toml)
+    assert df["status"].tolist() == ["ok", "ok"], df["error"].tolist()
+    model, _, size = load_model(f"{nets}:narrow")
+    for row in df.itertuples():
+        totals = modelprof.profile(
+            model,
+            size,
+            batch_size=row.batch_size,
+            backward=True,
+            loss_fn=torch.nn.functional.cross_entropy,
+            target=torch.full((row.batch_size,), 3),
+            optimizer="sgd",
+            timing=False,
+        ).totals
+        assert {c: getattr(row, c) for c in totals} == totals
+    summed = modelprof.profile(model, size, backward=True, optimizer="sgd", timing=False)
+    assert df["flops"].iloc[0] != summed.totals["flops"]  # not the default loss
+    # in Python, the function itself: the same configurations (its name is what is recorded)
+    grid = {
+        "models": [f"{nets}:narrow"],
+        "batch_sizes": [1, 4],
+        "modes": ["backward"],
+        "options": {"loss_fn": torch.nn.functional.cross_entropy, "target": 3, "optimizer": "sgd"},
+    }
+    again = sweep(grid)
+    cols = ["flops", "backward_flops", "options"]
+    pd.testing.assert_frame_equal(again[cols], df[cols])
+    # a float target is one sample's values, in the configuration's dtype
+    mse = sweep(
+        {
+            "models": [f"{nets}:narrow"],
+            "batch_sizes": [2],
+            "dtypes": ["bfloat16"],
+            "modes": ["backward"],
+            "options": {"loss_fn": "mse_loss", "target": [0.5] * 20},
+        }
+    )
+    assert mse["status"].tolist() == ["ok"] and mse["warnings"].tolist() == [""]
+
+
 def test_a_timed_training_step_row_carries_its_optimizer_and_whole_step_medians(
     nets: Path,
 ) -> None:

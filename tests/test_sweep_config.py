@@ -210,3 +210,23 @@ def test_option_values_are_refused_before_anything_runs(
     for word in words:
         assert word in str(info.value)
     assert ran == [] and not any((tmp_path / "out").rglob("*.json"))
+
+
+def test_a_loss_is_named_or_given_as_a_torch_function_and_anything_else_is_refused() -> None:
+    """loss_fn=F.cross_entropy was refused as 'not a plain value', and no name was taken; a
+    function a result file cannot hold is refused, saying why and what is taken."""
+    import torch.nn.functional as F
+
+    from modelprof import sweep
+
+    grid = {"models": ["alexnet"], "modes": ["backward"]}
+    (named,) = expand_grids({**grid, "options": {"loss_fn": F.nll_loss}})
+    assert named.options == (("loss_fn", "nll_loss"),)  # recorded by its name
+    with pytest.raises(ModelProfError) as info:
+        sweep({**grid, "options": {"loss_fn": lambda out: out.sum()}})
+    for word in ("cannot be swept", "result files", "'cross_entropy'", "modelprof.profile"):
+        assert word in str(info.value)
+    with pytest.raises(ModelProfError, match=r"loss_fn='mse' is not a torch.*'mse_loss'\?"):
+        sweep({**grid, "options": {"loss_fn": "mse"}})
+    with pytest.raises(ModelProfError, match=r"target=\(\(1,\), \(1, 2\)\) is not one sample"):
+        sweep({**grid, "options": {"loss_fn": "mse_loss", "target": [[1], [1, 2]]}})

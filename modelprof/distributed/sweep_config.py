@@ -19,6 +19,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
+from modelprof.step.spec import functional_losses
 
 __all__ = ["MODES", "STEP_OPTIONS", "SweepConfig", "expand_grids", "load_sweep"]
 
@@ -327,6 +328,7 @@ def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tup
             f"{where}: options {value!r} must be a table/dict of profile() "
             "keywords such as {budget_s = 1}"
         )
+    value = {k: _loss_name(v, where) if k == "loss_fn" else v for k, v in value.items()}
     for name, v in value.items():
         if known is not None and name not in known:
             close = difflib.get_close_matches(str(name), sorted(known), n=1)
@@ -344,6 +346,24 @@ def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tup
                 "(a number, string, bool, or a list of them)"
             )
     return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
+
+
+def _loss_name(value: Any, where: str) -> Any:
+    """A ``torch.nn.functional`` loss given as the function (in Python): its name, which a result
+    file can hold; any other value as it is (a name is checked by the measure's check)."""
+    if not callable(value):
+        return value
+    for name, fn in functional_losses().items():
+        if value is fn:
+            return name
+    raise ModelProfError(
+        f"{where}: options.loss_fn={value!r} cannot be swept: a sweep's configurations are "
+        "plain values, written into its result files and matched against them on a rerun (what "
+        "resumes it), and a function cannot be written there. Name a torch.nn.functional loss "
+        "of the output and a target (loss_fn='cross_entropy', or the function itself: "
+        f"torch.nn.functional.cross_entropy), one of {sorted(functional_losses())}; for another "
+        "loss, call modelprof.profile(model, backward=True, loss_fn=...)"
+    )
 
 
 def _plain(value: Any) -> bool:

@@ -15,6 +15,7 @@ copies of the parameters; the user's optimizer is never written).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 import operator
@@ -33,6 +34,8 @@ from modelprof.step.optimizer_state import torch_optimizers
 __all__ = [
     "StepSpec",
     "default_loss",
+    "functional_loss",
+    "functional_losses",
     "OwnLoss",
     "loss_module",
     "refuse_inference_mode",
@@ -112,6 +115,45 @@ class OwnLoss:
                 "sum of the floating outputs); pass loss_fn= (and target=)"
             )
         return loss
+
+
+def functional_losses() -> dict[str, Callable[..., Any]]:
+    """The losses of ``torch.nn.functional`` taken as ``loss_fn(output, target)`` (their only
+    required arguments are ``input`` and ``target``: ``cross_entropy``, ``mse_loss``,
+    ``nll_loss``...), by name: what a loss is named by where a function cannot be given (a
+    sweep's file, whose values are recorded in its result files)."""
+    found = {}
+    for name, fn in vars(torch.nn.functional).items():
+        lossy = "loss" in name or "entropy" in name or name == "kl_div"
+        if name.startswith("_") or not lossy or not inspect.isfunction(fn):
+            continue
+        required = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if required == ["input", "target"]:
+            found[name] = fn
+    return found
+
+
+def functional_loss(name: Any) -> Callable[..., Any]:
+    """The ``torch.nn.functional`` loss ``name`` names (``"cross_entropy"``, also as
+    ``"torch.nn.functional.cross_entropy"`` or ``"F.cross_entropy"``), or a ModelProfError."""
+    losses = functional_losses()
+    key = (
+        name.removeprefix("torch.nn.functional.").removeprefix("F.")
+        if isinstance(name, str)
+        else None
+    )
+    if key in losses:
+        return losses[key]
+    close = difflib.get_close_matches(str(key), sorted(losses), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ModelProfError(
+        f"loss_fn={name!r} is not a torch.nn.functional loss of the output and a target: "
+        f"name one of {sorted(losses)}{hint}"
+    )
 
 
 def _describe(output: Any) -> str:
