@@ -437,6 +437,12 @@ PROFILE_KEYWORDS = keyword_names(profile)
 def _parse(
     model: Any, timing: Any, registry: Any, options: Any, timing_options: dict, what_helps: Any
 ) -> _Spec:
+    if isinstance(model, str):  # compare() and the command line take names; profile a module
+        raise ModelProfError(
+            f"model={model!r} is a name, not a torch.nn.Module: build it first "
+            f"(modelprof.models.load_model({model!r})[0] builds a name compare() and the "
+            "command line take)"
+        )
     if not isinstance(model, nn.Module):
         raise ModelProfError(
             f"model={type(model).__name__} is not a torch.nn.Module; "

@@ -415,6 +415,12 @@ def test_bad_input_raises_named_error(kwargs, needle):
 def test_non_module_and_bad_style():
     with pytest.raises(ModelProfError, match="function is not a torch.nn.Module"):
         profile(lambda x: x, (4,))
+    # a name, as compare() and the command line take: not a hint to time a callable
+    with pytest.raises(ModelProfError) as info:
+        profile("resnet18", (3, 32, 32))
+    assert str(info.value).startswith("model='resnet18' is a name, not a torch.nn.Module")
+    assert "load_model('resnet18')[0]" in str(info.value)
+    assert "measure_latency" not in str(info.value)
     r = profile(nn.Linear(4, 2), (4,), timing=False)
     with pytest.raises(ModelProfError, match="style='fancy'"):
         r.to_dataframe(style="fancy")
