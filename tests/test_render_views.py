@@ -438,3 +438,19 @@ def test_a_column_selection_keeps_the_rows_names() -> None:
     df = pd.DataFrame({"phase": ["p", "d"], "context": [8, 9], "module": ["", ""], "flops": [3, 1]})
     t = prepare_table(df, units="raw", columns=["phase", "module", "flops"], show_totals=False)
     assert t.columns == ("phase", "module", "flops")
+
+
+def test_sorting_an_untimed_table_by_a_time_says_to_time_it() -> None:
+    from torch import nn
+
+    from modelprof import profile
+
+    untimed = profile(nn.Linear(4, 4), (4,), timing=False)
+    with pytest.raises(ModelProfError) as info:
+        untimed.to_text(sort_by="latency_ms")
+    assert "sort_by='latency_ms' needs column(s) ['latency_ms'] (a measured column: profile " in (
+        str(info.value)
+    )
+    with pytest.raises(ModelProfError) as info:  # a column no run has: no such hint
+        untimed.to_text(sort_by="nonsense")
+    assert "timing=True" not in str(info.value)

@@ -192,6 +192,10 @@ def _default_sort_column(df: pd.DataFrame) -> str:
     )
 
 
+#: the registry's groups of columns a timed run fills (none in an untimed table)
+_MEASURED_GROUPS = frozenset({"timing", "step_timing", "roofline", "utilization"})
+
+
 def select_rows(
     df: pd.DataFrame,
     depth: int | None = None,
@@ -231,7 +235,10 @@ def select_rows(
     if top_k is not None and sort_by is None:
         sort_by = _default_sort_column(out)
     if sort_by is not None:
-        require_columns(df, [sort_by], f"sort_by={sort_by!r}")
+        col = registry.column(sort_by)
+        timed = col is not None and col.group in _MEASURED_GROUPS  # missing: not timed
+        hint = " (a measured column: profile with timing=True)" if timed else ""
+        require_columns(df, [sort_by], f"sort_by={sort_by!r}", hint)
         out = out.sort_values(sort_by, ascending=ascending, kind="stable", na_position="last")
     if top_k is not None:
         out = out.head(int(top_k))
