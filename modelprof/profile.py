@@ -175,7 +175,7 @@ def profile(
         spec.check_device(mi.device)
         with _batch_hint(input_size, mi, model, inputs):
             static, step_cost = _count(model, mi, spec)
-        meta_notes += _caught_note(static.caught)
+        meta_notes += _caught_note(static.caught) + _ungraded_note(step_cost)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
@@ -627,6 +627,19 @@ def _caught_note(caught: tuple[str, ...]) -> list[str]:
     )
     warn_user(f"modelprof: {note}", ModelProfWarning)
     return [note]
+
+
+def _ungraded_note(step_cost: Any) -> list[str]:
+    """A training step's trainable parameters its backward gave no gradient, named."""
+    names = () if step_cost is None else step_cost.ungraded
+    if not names:
+        return []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return [
+        f"{len(names)} trainable parameter(s) got no gradient in the step ({shown}): the loss "
+        "does not reach them (a module the forward did not use, a detached branch, a reentrant "
+        "checkpoint whose inputs need no grad), so the optimizer is counted without them"
+    ]
 
 
 def _noted(timed: Any, before: list[str], after: str | None) -> Any:

@@ -334,3 +334,28 @@ def test_submodules_held_in_eval_mode_are_named_when_a_step_sets_train_mode():
     kept = KeepsNormFrozen(nn.Linear(8, 8), nn.BatchNorm1d(8).eval(), nn.Linear(8, 2))
     said = profile(kept, (8,), batch_size=4, backward=True, timing=False).timing_notes
     assert not any("held in eval mode" in n for n in said)
+
+
+def test_trainable_parameters_the_backward_does_not_reach_are_named():
+    from torch.utils.checkpoint import checkpoint
+
+    class Reentrant(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.unused = nn.Linear(8, 8), nn.Linear(8, 2), nn.Linear(8, 8)
+
+        def forward(self, x):
+            # a reentrant checkpoint whose input needs no grad: a's parameters get none
+            return self.b(checkpoint(self.a, x, use_reentrant=True))
+
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        report = profile(Reentrant(), (8,), batch_size=4, backward=True, timing=False)
+    (note,) = [n for n in report.timing_notes if "got no gradient" in n]
+    # a.weight, a.bias (the checkpoint) and unused.weight, unused.bias (never called): 4
+    assert note.startswith(
+        "4 trainable parameter(s) got no gradient in the step (a.weight, a.bias, unused.weight "
+        "and 1 more): the loss does not reach them"
+    )
+    # every trainable parameter reached: nothing said
+    plain = profile(nn.Linear(8, 2), (8,), batch_size=4, backward=True, timing=False)
+    assert not any("got no gradient" in n for n in plain.timing_notes)

@@ -106,6 +106,8 @@ class StepCost:
     # of ``backward``, per call record: what the backward ran with grad enabled, i.e. the
     # forward ops activation checkpointing ran again
     recompute: list[PassCost] = dataclasses.field(default_factory=list)
+    #: the trainable parameters (names) the counted backward gave no gradient
+    ungraded: tuple[str, ...] = ()
 
     @property
     def backward_macs(self) -> int:
@@ -422,6 +424,16 @@ def _count_step(
         | {i for i, b in enumerate(saved_by) if b},
         nodes=len(tags.nodes),
         recompute=recompute,
+        ungraded=_ungraded(model, copy_of),
+    )
+
+
+def _ungraded(model: nn.Module, copy_of: dict[int, torch.Tensor]) -> tuple[str, ...]:
+    """The trainable parameters whose step alias (``copy_of``) the backward gave no gradient."""
+    return tuple(
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and getattr(copy_of.get(id(p)), "grad", 0) is None
     )
 
 
