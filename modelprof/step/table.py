@@ -10,8 +10,9 @@ subtree, a ``(self)`` row holds what the parent's own autograd nodes did):
     backward_latency_ms, _std_ms    median / std over the instrumented backward passes; a
                                     ``(communication)`` row's are its call's collectives' own
                                     stamps, taken out of the call's leaf or ``(self)`` row
-    backward_latency_pct            share of the median instrumented backward pass (its rows'
-                                    sum, less the stamps)
+    backward_latency_pct            share of the median instrumented backward pass (each
+                                    pass's stretches summed, the loss's included, less the
+                                    stamps): the leaf rows' shares need not add up to 100 %
 
 Two leaf rows after the model's: ``(loss)`` (the loss function; its backward and the seed
 gradient) and ``(optimizer)`` (the step, per ``formulas/optim.py``; backward 0), so
