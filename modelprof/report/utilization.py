@@ -23,7 +23,9 @@ Conventions (:class:`Convention`), each named in :meth:`Utilization.describe`:
   report's probed peak; both are recorded when both are known (``Utilization.by_peak``). The
   dtype is the one the matmuls ran in: under autocast (``amp=``) its dtype, not the inputs'.
 
-A row's time is its ``latency_ms`` (a training step: plus its ``backward_latency_ms``). The
+A row's time (``time_ms``, what MFU and HFU divide by) is its ``latency_ms`` (a training step:
+plus its ``backward_latency_ms``); its MBU divides its bytes, the forward's, by the forward's
+time: a training step's rows print it beside them (``forward_time_ms``, the ``latency_ms``). The
 phases of a forward are ``forward``; of a training step ``forward`` (over the step's own
 forward, with autograd recording: not the clean eval-mode runs), ``backward`` (the loss's
 backward included) and ``step`` (forward, loss and backward FLOPs over the step's median; the
@@ -354,18 +356,19 @@ def utilization(
     own = _own_counts(report, convention, by_op, halve=convention.causal == "half" and not decode)
     inclusive = _inclusive([r.depth for r in rows], [r.leaf for r in rows], own)
     step = report.training_step is not None
-    time_ms = np.array([r.latency_ms + (r.backward_latency_ms if step else 0.0) for r in rows])
-    frame = pd.DataFrame(
-        {
-            "module": [r.module for r in rows],
-            "call": [r.call for r in rows],
-            "model_flops": inclusive[:, 0] + inclusive[:, 1],
-            "hardware_flops": inclusive.sum(axis=1),
-            "bytes": np.array([float(r.read_bytes + r.write_bytes) for r in rows]),
-            "time_ms": time_ms,
-        }
-    )
-    _add_ratios(frame, convention.peaks, bytes_ms=np.array([r.latency_ms for r in rows]))
+    forward_ms = np.array([r.latency_ms for r in rows], dtype=float)
+    time_ms = forward_ms + np.array([r.backward_latency_ms if step else 0.0 for r in rows])
+    columns: dict[str, Any] = {
+        "module": [r.module for r in rows],
+        "call": [r.call for r in rows],
+        "model_flops": inclusive[:, 0] + inclusive[:, 1],
+        "hardware_flops": inclusive.sum(axis=1),
+        "bytes": np.array([float(r.read_bytes + r.write_bytes) for r in rows]),
+    }
+    if step:  # the bytes are the forward's: MBU is over this time, printed beside them
+        columns["forward_time_ms"] = forward_ms
+    frame = pd.DataFrame({**columns, "time_ms": time_ms})
+    _add_ratios(frame, convention.peaks, bytes_ms=forward_ms)
     return frame, _phases(report, own, convention.peaks)
 
 
