@@ -129,7 +129,10 @@ def compare(
     model fails to run leaves them NaN, its error in a note); then the ratios. With
     ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
     ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) and
-    ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so); on the
+    ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so), each
+    median flagged as the forward's is (``backward_latency_rough``, ``step_latency_rough``,
+    ``optimizer_latency_rough``: its own runs loaded or too few; ``~``,
+    ``attrs["unquotable_step"]`` says why); on the
     CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to read where the
     machine was loaded (``attrs["backward_by"] == "cpu_work"``). Whole numbers (the counts,
     ``rank``) are int64, nullable Int64 where a row has none (a failed or an unranked model:
@@ -646,6 +649,7 @@ def _step_columns(
         stated = math.isfinite(ratio[0])  # not undersampled: judged against its rounds
         own = name == baseline or not stated  # (1, 1, 1), or NaN as the backward's ratio
         row.update(interval_columns("backward_latency", b))
+        row["backward_latency_rough"] = bool(_no_figure(b))  # as the forward's latency_rough
         row.update(interval_columns("backward_latency_x", ratio))
         if on_cpu:
             row.update(interval_columns("backward_cpu_work", b.cpu))
@@ -654,7 +658,12 @@ def _step_columns(
             )
         if "optimizer" in m:
             row["optimizer_latency_median_ms"] = m["optimizer"].median_ms
+            row["optimizer_latency_rough"] = bool(_no_figure(m["optimizer"]))
         row["step_latency_median_ms"] = step.median_ms
+        row["step_latency_rough"] = bool(_no_figure(step))
+        for phase in ("backward", "optimizer", "step"):  # for the caption: which, and why
+            if phase in m and (why := _no_figure(m[phase])):
+                attrs.setdefault("unquotable_step", {})[f"{name}'s {phase}"] = why
         row.update(interval_columns("step_latency_x", _paired(step, base_step, own, ratio)))
         if name != baseline and stated:
             checks[name] = [

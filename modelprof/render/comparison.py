@@ -207,11 +207,19 @@ _LATENCY_FIGURES = frozenset(
     fps""".split()
 )
 
+#: the columns a training step's ``backward_latency_rough``, ``step_latency_rough`` and
+#: ``optimizer_latency_rough`` mark (compare(backward=True))
+_STEP_FIGURES = frozenset(
+    """backward_latency_median_ms backward_latency_ci_low_ms backward_latency_ci_high_ms
+    step_latency_median_ms optimizer_latency_median_ms""".split()
+)
+
 
 def _marked(attrs: Mapping[str, Any], shown: Collection[str] | None) -> list[str]:
     """What the ``~`` on a model's latency and throughput mean, where a table shows them: its
-    wall-clock median is no figure to quote (as a report's end-to-end row says it), its best
-    throughput point was loaded or slower than a bigger batch."""
+    wall-clock median is no figure to quote (as a report's end-to-end row says it; a training
+    step's backward and step medians by the same rule), its best throughput point was loaded or
+    slower than a bigger batch."""
     out = []
     unquotable = attrs.get("unquotable") or {}
     if unquotable and (shown is None or _LATENCY_FIGURES & set(shown)):
@@ -220,6 +228,10 @@ def _marked(attrs: Mapping[str, Any], shown: Collection[str] | None) -> list[str
             by_reason.setdefault(why, []).append(name)
         said = "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items())
         out.append(f"latency marked ~ is no figure to quote: {said}")
+    step = attrs.get("unquotable_step") or {}
+    if step and (shown is None or _STEP_FIGURES & set(shown)):  # by the forward's rule
+        said = "; ".join(f"{what} ({why})" for what, why in step.items())
+        out.append(f"training-step medians marked ~ are no figure to quote: {said}")
     tp = attrs.get("rough_throughput")
     if tp and (shown is None or {"throughput_samples_per_s", "throughput_x"} & set(shown)):
         out.append(

@@ -72,6 +72,7 @@ from modelprof.report.utilization import (
     resolve_peaks,
     utilization,
 )
+from modelprof.timing.measurement import unquotable
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
@@ -448,6 +449,8 @@ class Report(Exports):
                 end_to_end["latency_ms_rough"] = True
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
+                if self._backward_rough() is not None:  # by the forward's rule, its own runs
+                    end_to_end["backward_latency_ms_rough"] = True
         if view.group_by is not None:
             if view.style != "modelprof":
                 raise ModelProfError(
@@ -742,6 +745,9 @@ class Report(Exports):
         whole = self._end_to_end_rough()
         if whole is not None:
             title += f". The end-to-end latency marked ~ is no figure to quote: {whole}"
+        whole = self._backward_rough()
+        if whole is not None:
+            title += f". The end-to-end backward marked ~ is no figure to quote: {whole}"
         reason = self._rough_reason()
         if reason is None and self.layer_timing is not None:
             df = self.to_dataframe()  # (layers not rough: a rough row is a short one)
@@ -799,11 +805,13 @@ class Report(Exports):
             reasons.append("the per-layer and clean runs are too noisy to compare")
         if a is not None and a.verdict == "disagree" and a.quote == "per-layer" and not a.regimes:
             reasons.append("the clean runs were slowed (quote the (root) row)")
-        if m.loaded:
-            reasons.append("the machine was loaded (quote the CPU work)")
-        if m.undersampled:
-            reasons.append(f"too few runs (n={m.n})")
-        return "; ".join(reasons) or None
+        return "; ".join(reasons + unquotable(m)) or None
+
+    def _backward_rough(self) -> str | None:
+        """Why the clean end-to-end backward median is no figure to quote, by the forward's
+        rule on its own runs (``unquotable``: loaded, too few runs); else None (and untimed)."""
+        m = self.backward_latency
+        return None if m is None else "; ".join(unquotable(m)) or None
 
     def _rough_reason(self) -> str | None:
         """Why the per-layer times are rough (:attr:`layers_rough`), in a few words; else None."""

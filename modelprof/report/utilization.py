@@ -29,7 +29,10 @@ time: a training step's rows print it beside them (``forward_time_ms``, the ``la
 phases of a forward are ``forward``; of a training step ``forward`` (over the step's own
 forward, with autograd recording: not the clean eval-mode runs), ``backward`` (the loss's
 backward included) and ``step`` (forward, loss and backward FLOPs over the step's median; the
-optimizer's time is in the step, its FLOPs are not model FLOPs).
+optimizer's time is in the step, its FLOPs are not model FLOPs). A phase whose time its own
+runs say is no figure to quote (read on a loaded machine or too few:
+``modelprof.timing.measurement.unquotable``, the rule of the report's end-to-end row) has
+``time_rough`` set, and its ratios their ``<ratio>_rough``: ``~`` where printed.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from modelprof.report.frames import shown
 from modelprof.report.roofline import run_peaks
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.group import group_up
+from modelprof.timing.measurement import unquotable
 from modelprof.timing.peaks import (
     KNOWN_DEVICES,
     Peaks,
@@ -94,6 +98,7 @@ registry.declare(
 _UNITS = {"bytes": "_bytes"}  # a frame's ``bytes``: read + write bytes, in IEC units
 #: the fractions of a peak; against a probe that ran loaded each has its ``<name>_rough`` flag
 RATIOS = ("mfu", "hfu", "mbu")
+_RATIO_FLAGS = tuple(f"{r}_rough" for r in RATIOS)
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
 _PEAK_NAMES = {"table": "datasheet", "probe": "probe", "user": "given"}
 
@@ -154,7 +159,7 @@ class Utilization:
     def __post_init__(self) -> None:  # printed whole and in human units, flags as their ~
         for name in ("rows", "phases"):
             frame = getattr(self, name)
-            flags = [f"{r}_rough" for r in RATIOS if f"{r}_rough" in frame.columns]
+            flags = [f for f in (*_RATIO_FLAGS, "time_rough") if f in frame.columns]
             object.__setattr__(self, name, shown(frame, units=_UNITS, marks=flags))
 
     @property
@@ -179,6 +184,12 @@ class Utilization:
         )
         mfu = _ratio_text(last["mfu"], source, last.get("mfu_rough"))
         notes = "".join(f"; {n}" for n in self.notes)
+        if last.get("time_rough") is True or last.get("time_rough") is np.True_:  # (its ~ is
+            # the mfu_rough flag's, which a rough time sets)
+            notes += (
+                f"; ~: the {last['phase']}'s time is no figure to quote (its runs read on a "
+                "loaded machine or too few), nor is a ratio over it"
+            )
         return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others}){notes}"
 
     def __repr__(self) -> str:
@@ -500,19 +511,29 @@ def _phases(report: Any, own: np.ndarray, peaks: Peaks | None) -> pd.DataFrame:
     t = None if step is None else step.timing  # the step's phase Measurements, where timed
     # a step's forward is its own (autograd recording), not the clean runs' (eval, no grad)
     forward = report.latency if t is None else t.forward
-    spans = [("forward", fwd, fwd, traffic, _median(forward))]
+    spans = [("forward", fwd, fwd, traffic, *_time(forward))]
     if step is not None:
         bwd = float(own[leaf | loss, 1].sum())  # the loss's backward included
         again = float(own[leaf, 2].sum())
         whole = fwd + float(own[loss, 0].sum()) + bwd  # forward, loss, backward
         for phase, model in (("backward", bwd), ("step", whole)):
-            spans.append((phase, model, model + again, math.nan, _median(getattr(t, phase, None))))
-    columns = ["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
-    return _add_ratios(pd.DataFrame(spans, columns=columns), peaks)
+            spans.append((phase, model, model + again, math.nan, *_time(getattr(t, phase, None))))
+    columns = ["phase", "model_flops", "hardware_flops", "bytes", "time_ms", "time_rough"]
+    frame = _add_ratios(pd.DataFrame(spans, columns=columns), peaks)
+    rough = frame["time_rough"].to_numpy(dtype=bool)
+    if not rough.any():
+        return frame
+    for name in RATIOS:  # a ratio over a time that is no figure to quote is none either
+        measured = np.isfinite(frame[name].to_numpy(dtype=float))
+        flag = frame[f"{name}_rough"].to_numpy(dtype=bool) if f"{name}_rough" in frame else False
+        frame[f"{name}_rough"] = (flag | rough) & measured
+    return frame
 
 
-def _median(m: Any) -> float:
-    return math.nan if m is None else float(m.median_ms)
+def _time(m: Any) -> tuple[float, bool]:
+    """A phase's time: its Measurement's median and whether its own runs say it is no figure
+    to quote (``unquotable``: loaded, too few runs; marked ~ as the end-to-end row marks it)."""
+    return (math.nan, False) if m is None else (float(m.median_ms), bool(unquotable(m)))
 
 
 def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flops: float) -> float:

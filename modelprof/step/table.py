@@ -31,6 +31,7 @@ from modelprof.counting.scope import CallRecord
 from modelprof.counting.tree import subtree_sums
 from modelprof.step.count import StepCost
 from modelprof.timing.layers import latency_stats
+from modelprof.timing.measurement import unquotable
 
 __all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
 
@@ -68,8 +69,16 @@ class TrainingStep:
         t = self.timing
         if t is None:
             return line
-        parts = ", ".join(f"{k} {m.median_ms:.3f}" for k, m in t.phases().items())
+        phases = t.phases()
+        rough = {k: "; ".join(why) for k, m in phases.items() if (why := unquotable(m))}
+        # a median its own runs say is no figure to quote: marked, as in the end-to-end row
+        parts = ", ".join(
+            f"{k} {'~' if k in rough else ''}{m.median_ms:.3f}" for k, m in phases.items()
+        )
         line += f"\nstep medians (ms): {parts}"
+        if rough:
+            said = "; ".join(f"{k}: {why}" for k, why in rough.items())
+            line += f" (~ no figure to quote: {said})"
         if t.peak_memory_bytes is not None:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
         b = t.backward

@@ -68,6 +68,7 @@ __all__ = [
     "LOADED_WALL_OVER_CPU",
     "load_stretch",
     "median_ci_ranks",
+    "unquotable",
 ]
 
 #: A run is "noisy" when IQR / median exceeds this fraction ...
@@ -770,3 +771,16 @@ def format_ms(v: float) -> str:
     if abs(v) < 1e3:
         return f"{v:.3f} ms"
     return f"{v / 1e3:.3f} s"
+
+
+def unquotable(m: Measurement) -> list[str]:
+    """Why a clean end-to-end Measurement's median is no figure to quote, as its own runs say
+    (read on a loaded machine, or too few for an interval: :attr:`Measurement.undersampled`);
+    empty when it is one. A report marks such a forward, backward or step median ``~`` (its
+    end-to-end row, its summary, a utilization phase's ``time_rough``), as ``compare`` does."""
+    reasons = []
+    if m.loaded:
+        reasons.append("the machine was loaded (quote the CPU work)")
+    if m.undersampled:
+        reasons.append(f"too few runs (n={m.n})")
+    return reasons
