@@ -113,6 +113,10 @@ def test_the_utilization_phases_over_a_loaded_backward_are_marked(timed_step):
     assert u.describe().startswith("MFU ~") and "the step's time is no figure to quote" in (
         u.describe()
     )
+    # the summary's step medians: both marked, the reason said once for the two
+    assert "(~ no figure to quote: backward, step: the machine was loaded (quote the CPU " in (
+        r.summary()
+    )
     last = repr(u.phases).splitlines()[-1]  # the step's row: its time, MFU and HFU marked
     assert last.count("~") == 3 and "rough" not in repr(u.phases)
 

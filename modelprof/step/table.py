@@ -77,7 +77,10 @@ class TrainingStep:
         )
         line += f"\nstep medians (ms): {parts}"
         if rough:
-            said = "; ".join(f"{k}: {why}" for k, why in rough.items())
+            by_why: dict[str, list[str]] = {}  # each reason once, with the phases it holds for
+            for k, why in rough.items():
+                by_why.setdefault(why, []).append(k)
+            said = "; ".join(f"{', '.join(ks)}: {why}" for why, ks in by_why.items())
             line += f" (~ no figure to quote: {said})"
         if t.peak_memory_bytes is not None:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
