@@ -674,7 +674,7 @@ def test_a_training_steps_forward_phase_is_timed_over_the_steps_own_forward() ->
     assert forward["time_ms"] == plain.latency.median_ms
 
 
-def test_the_summary_marks_an_mfu_its_frames_mark_rough():
+def test_the_summary_marks_an_mfu_its_frames_mark_rough(quotable_phases):
     from modelprof.timing.peaks import MemoryLevel
 
     # a probe run on a busy machine (wall/CPU 2): every ratio against it is rough, "~" in the
@@ -696,6 +696,7 @@ def test_the_summary_marks_an_mfu_its_frames_mark_rough():
     assert bool(u.phases["mfu_rough"].iloc[-1]) and u.mfu <= 1  # 524,288 FLOPs over 1 TFLOP/s
     line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
     assert line.startswith(f"MFU ~{u.mfu:.3f} (forward;"), line
-    # against a datasheet peak nothing is rough: plain
+    # against a datasheet peak nothing is rough (the phase's time taken as quotable, whatever
+    # the load: the fixture): plain
     sheet = report.utilization("H100 SXM")
     assert sheet.describe().startswith(f"MFU {sheet.mfu:.3f} (")
