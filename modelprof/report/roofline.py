@@ -166,13 +166,17 @@ def roof_proofs(
     than half of its span as read (``latency_read_ms``, where ``df`` has it): it proves by that
     half (a loaded newcomer's ``downsample.0``, 9.6 us after 187 us a hooked call were taken
     off, "proved" 1.34 TFLOP/s on a 2-core CPU probed at 156 GFLOP/s; such a row, faster than
-    its roof, is marked rough instead). Nor does a row whose passes scatter wider than its
-    median (:func:`scattered`). Empty for peaks that are not a probe's."""
+    its roof, is marked rough instead). A row whose passes scatter wider than its median
+    (:func:`scattered`) proves by its median plus that spread, a time its passes support. Empty
+    for peaks that are not a probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
     flops, traffic, latency, timed = _work(df, latency_column)
     timed &= ~own_rows(df)  # a difference of spans: read low, it proves nothing of the device
-    timed &= ~scattered(df, latency_column)
+    wide = scattered(df, latency_column)
+    if wide.any():  # proves by its passes' slow end, the median plus their spread
+        spread = df[latency_column.removesuffix("_ms") + "_std_ms"].to_numpy(dtype=float)
+        latency = np.where(wide, latency + spread, latency)
     if latency_column == "latency_ms" and PROOF_COLUMN in df.columns:
         half = df[PROOF_COLUMN].to_numpy(dtype=float) / 2
         latency = np.where(np.isfinite(half), np.maximum(half, latency), latency)
@@ -198,8 +202,9 @@ def roof_proofs(
 def scattered(df: pd.DataFrame, latency_column: str = "latency_ms") -> np.ndarray:
     """Per row: its passes' standard deviation (``latency_std_ms``) above its median, which
     is then no time its passes support (a loaded resnet18's ``layer3.1.conv1`` read 0.43 ms,
-    std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves no
-    roof, and faster than its roof it is rough. False where ``df`` has no spread."""
+    std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves a
+    roof only by its median plus that spread, and faster than its roof it is rough. False
+    where ``df`` has no spread."""
     spread = latency_column.removesuffix("_ms") + "_std_ms"
     if spread not in df.columns or latency_column not in df.columns:
         return np.zeros(len(df), dtype=bool)
