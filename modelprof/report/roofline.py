@@ -175,8 +175,7 @@ def roof_proofs(
     timed &= ~own_rows(df)  # a difference of spans: read low, it proves nothing of the device
     wide = scattered(df, latency_column)
     if wide.any():  # proves by its passes' slow end, the median plus their spread
-        spread = df[latency_column.removesuffix("_ms") + "_std_ms"].to_numpy(dtype=float)
-        latency = np.where(wide, latency + spread, latency)
+        latency = np.where(wide, latency + _spread(df, latency_column), latency)
     if latency_column == "latency_ms" and PROOF_COLUMN in df.columns:
         half = df[PROOF_COLUMN].to_numpy(dtype=float) / 2
         latency = np.where(np.isfinite(half), np.maximum(half, latency), latency)
@@ -205,11 +204,17 @@ def scattered(df: pd.DataFrame, latency_column: str = "latency_ms") -> np.ndarra
     std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves a
     roof only by its median plus that spread, and faster than its roof it is rough. False
     where ``df`` has no spread."""
-    spread = latency_column.removesuffix("_ms") + "_std_ms"
-    if spread not in df.columns or latency_column not in df.columns:
+    std = _spread(df, latency_column)
+    if std is None or latency_column not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    std = df[spread].to_numpy(dtype=float)
     return np.isfinite(std) & (std > df[latency_column].to_numpy(dtype=float))
+
+
+def _spread(df: pd.DataFrame, latency_column: str) -> np.ndarray | None:
+    """The passes' standard deviation beside ``latency_column`` (``latency_std_ms``), None
+    where ``df`` has none."""
+    spread = latency_column.removesuffix("_ms") + "_std_ms"
+    return df[spread].to_numpy(dtype=float) if spread in df.columns else None
 
 
 def own_rows(df: pd.DataFrame) -> np.ndarray:

@@ -184,7 +184,7 @@ class Utilization:
         )
         mfu = _ratio_text(last["mfu"], source, last.get("mfu_rough"))
         notes = "".join(f"; {n}" for n in self.notes)
-        if last.get("time_rough") is True or last.get("time_rough") is np.True_:  # (its ~ is
+        if _is_set(last.get("time_rough")):  # (its ~ is
             # the mfu_rough flag's, which a rough time sets)
             notes += (
                 f"; ~: the {last['phase']}'s time is no figure to quote (its runs read on a "
@@ -214,6 +214,11 @@ def _loaded_words(p: Peaks) -> str:
     return "; run on a busy machine: its roofs read low, every ratio against them marked ~"
 
 
+def _is_set(flag: Any) -> bool:
+    """A frame's flag cell set: True (a bool or numpy's); not NaN, None or pd.NA."""
+    return isinstance(flag, (bool, np.bool_)) and bool(flag)
+
+
 def _ratio_text(value: float, peak: str | None, rough: Any = False) -> str:
     """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
     ``"given"``): work cannot outrun the device, so a ratio above 1 is printed with why the
@@ -222,7 +227,7 @@ def _ratio_text(value: float, peak: str | None, rough: Any = False) -> str:
     if not math.isfinite(value):
         return "not measured (no time: profile with timing)"
     if not value > 1:
-        return f"{'~' if isinstance(rough, (bool, np.bool_)) and rough else ''}{value:.3f}"
+        return f"{'~' if _is_set(rough) else ''}{value:.3f}"
     if peak == "probe":
         why = "the probe under-reads the peak; utilization(peak='<device name>') uses a datasheet"
     else:
