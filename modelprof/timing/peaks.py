@@ -168,7 +168,7 @@ def _dtype_name(dtype: torch.dtype | str) -> str:
     """Canonical name: float32, tf32, float16, bfloat16 or float64."""
     if not isinstance(dtype, (torch.dtype, str)):
         raise ModelProfError(f"dtype must be a torch.dtype or a name, got {dtype!r}")
-    key = str(dtype).strip().lower().removeprefix("torch.")  # (a dtype's: "torch.float32")
+    key = _plain_name(str(dtype).lower())  # (a dtype's str: "torch.float32")
     if key not in _DTYPE_NAMES:
         raise ModelProfError(
             f"dtype {dtype!r} has no roofline peak; use one of float32, tf32, float16, bfloat16, float64"
