@@ -294,6 +294,26 @@ def test_by_module_type_sums_the_leaf_calls_per_class():
     assert by.loc["Linear", "params"] == 16  # (4*2 + 2) + (2*2 + 2)
     assert by.loc["Linear", "macs"] == 12  # 4*2 + 2*2
     assert by["flops"].sum() == r.totals["flops"]  # the leaves are every leaf call
+    # shares of the totals: the Linears hold every MAC (ReLU has none)
+    assert by.loc["Linear", "macs_pct"] == 100.0 and by.loc["ReLU", "macs_pct"] == 0.0
+
+
+def test_by_module_type_sums_the_leaves_latency_like_by_layer_type():
+    # timed, each class's latency is the sum of its leaf rows' (before, the view had no time
+    # at all), with its share and its rough flag as by_layer_type gives them per kind
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    r = profile(model, (8,), repeat=5, warmup=1, roofline=False, warn=False)
+    df = r.to_dataframe()
+    linears = df[df["leaf"] & (df["type"] == "Linear")]
+    by = r.by_module_type()
+    assert by.index.name == "type" and by.loc["Linear", "calls"] == 2
+    assert by.loc["Linear", "latency_ms"] == pytest.approx(linears["latency_ms"].sum())
+    assert by.loc["Linear", "latency_pct"] == pytest.approx(linears["latency_pct"].sum())
+    assert by.loc["Linear", "latency_rough"] == bool(linears["latency_rough"].any())
+    # the same sums as by_layer_type's, whose kinds here are one class each
+    kinds = r.by_layer_type()
+    assert by.loc["Linear", "latency_ms"] == pytest.approx(kinds.loc["linear", "latency_ms"])
+    assert list(by.columns) == list(kinds.columns)
 
 
 def test_every_to_format_of_a_report_writes_the_path_it_is_given(tmp_path):

@@ -11,7 +11,7 @@ import operator
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,13 +387,11 @@ class Report(Exports):
         return {n: dict(s.notes) for n, s in sorted(self._by_op.items()) if s.notes}
 
     def by_module_type(self) -> pd.DataFrame:
-        """Leaf rows grouped by module class: calls and the additive columns. A ``(self)`` row
-        carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
-        df = self.to_dataframe()
-        leaves = df[df["leaf"]]
-        out = leaves.groupby("type", sort=False)[list(COUNTED)].sum()
-        out.insert(0, "calls", leaves.groupby("type", sort=False).size())
-        return shown(out.sort_values("flops", ascending=False))
+        """The leaf rows summed per module class, with the columns of :meth:`by_layer_type`
+        (index ``type``). A ``(self)`` row carries its parent's class; :meth:`by_layer_type`
+        types it by what it does instead."""
+        leaves = [r for r in self.rows if r.leaf]
+        return self._by_leaf_group([r.type for r in leaves], "type")
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -411,7 +409,16 @@ class Report(Exports):
             r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
             for r in leaves
         ]
-        data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
+        # ties (layers without FLOPs) in LAYER_TYPES order
+        return self._by_leaf_group(kinds, "layer_type", order=LAYER_TYPES.index)
+
+    def _by_leaf_group(
+        self, keys: list[str], name: str, order: Callable[[str], int] | None = None
+    ) -> pd.DataFrame:
+        """The leaf rows summed by ``keys`` (one per leaf row, in order) into an index called
+        ``name``, most FLOPs first (ties by ``order`` of the key, else first seen)."""
+        leaves = [r for r in self.rows if r.leaf]
+        data: dict[str, Any] = {name: keys, "calls": [1] * len(leaves)}
         for c in COUNTED:
             data[c] = [int(getattr(r, c)) for r in leaves]
         if self.timed:
@@ -422,13 +429,11 @@ class Report(Exports):
             data[c] = [int(getattr(r, c) or 0) for r in leaves]
         if step and self.training_step.timing is not None:
             data["backward_latency_ms"] = [r.backward_latency_ms for r in leaves]
-        frame = pd.DataFrame(data)
-        out = frame.groupby("layer_type", sort=False).sum(min_count=1)
+        out = pd.DataFrame(data).groupby(name, sort=False).sum(min_count=1)
         flags = self._leaf_rough_flags()
         for flag, rough in flags.items():  # any rough leaf makes its group's sum rough
-            out[flag] = pd.Series(rough).groupby(kinds, sort=False).any().reindex(out.index)
-        # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
-        out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
+            out[flag] = pd.Series(rough).groupby(keys, sort=False).any().reindex(out.index)
+        out["_order"] = [order(k) for k in out.index] if order else range(len(out))
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
         out = out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED, *step]})
         at = out.columns.get_loc("flops") + 1  # after flops: the cost shares (beside the
