@@ -394,6 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the runs read: the device's clock (auto), the host's wall clock, or the CPU "
         "time of the work (cpu: what load stretches least) (default: auto)",
     )
+    table.add_argument(
+        "--amp",
+        type=_dtype_name,
+        choices=["float16", "bfloat16"],
+        help="run under torch.autocast at this dtype (bf16, fp16 accepted): the counts and the "
+        "times are those of the autocast pass (default: no autocast)",
+    )
     _switch(table, "--channels-last", "inputs and 4-d weights in channels_last memory format")
     _switch(
         table,
@@ -704,7 +711,8 @@ class _Context:
     def mode_options(self) -> dict[str, Any]:
         """The timing modes profile's and compare's flags set (none: the defaults)."""
         a = self.args
-        out = {k: getattr(a, k) for k in ("clock", "per_layer") if getattr(a, k, None) is not None}
+        named = ("clock", "per_layer", "amp")
+        out = {k: getattr(a, k) for k in named if getattr(a, k, None) is not None}
         out.update((k, True) for k in ("channels_last", "compile") if getattr(a, k, False))
         if getattr(a, "no_correct_overhead", False):
             out["correct_overhead"] = False

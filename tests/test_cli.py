@@ -731,11 +731,21 @@ def test_threads_sets_torchs_threads_for_the_command_only(
     assert set(seen.read_text().split()) == {str(n)} and torch.get_num_threads() == before
 
 
+def test_amp_runs_the_profile_under_autocast(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # the header names the autocast dtype the pass ran under; a dtype autocast does not take
+    # is refused by argparse (exit 2) before anything is built
+    assert main(["profile", f"{nets}:narrow", "--amp", "fp16", "--no-timing"]) == 0
+    assert "float32 under float16 autocast" in capsys.readouterr().out
+    assert main(["profile", f"{nets}:narrow", "--amp", "int8", "--no-timing"]) == 2
+    assert "argument --amp: invalid choice: 'int8'" in capsys.readouterr().err
+
+
 def test_the_timing_modes_reach_profile_and_compare(
     nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # --clock, --channels-last, --compile (profile and compare), --per-layer and
+    # --clock, --amp, --channels-last, --compile (profile and compare), --per-layer and
     # --no-correct-overhead (profile): each the keyword of the same name; none given, none set
+    # (--amp takes dtype='s spellings: bf16 is passed as the name its choices spell)
     import importlib
 
     seen: list[dict] = []
@@ -747,14 +757,14 @@ def test_the_timing_modes_reach_profile_and_compare(
 
         return call
 
-    _MODES = {"clock", "channels_last", "compile", "per_layer", "correct_overhead"}
+    _MODES = {"clock", "amp", "channels_last", "compile", "per_layer", "correct_overhead"}
     for name in ("profile", "compare"):  # the modules (the package's names are functions)
         module = importlib.import_module(f"modelprof.{name}")
         monkeypatch.setattr(module, name, spy(getattr(module, name)))
-    flags = ["--clock", "cpu", "--channels-last", "--compile"]
+    flags = ["--clock", "cpu", "--amp", "bf16", "--channels-last", "--compile"]
     profile_flags = [*flags, "--per-layer", "stamps", "--no-correct-overhead"]
     assert main(["profile", f"{nets}:narrow", *profile_flags]) == 0
     assert main(["compare", f"{nets}:narrow", f"{nets}:wide", *flags]) == 0
     assert main(["profile", f"{nets}:narrow"]) == 0
-    both = {"clock": "cpu", "channels_last": True, "compile": True}
+    both = {"clock": "cpu", "amp": "bfloat16", "channels_last": True, "compile": True}
     assert seen == [{**both, "per_layer": "stamps", "correct_overhead": False}, both, {}]
