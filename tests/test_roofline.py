@@ -554,17 +554,44 @@ def test_a_short_self_row_is_named_in_the_caption(monkeypatch) -> None:
     # (a loaded machine's own reasons, for the rows and the end-to-end row, are held off)
     monkeypatch.setattr(report_module.Report, "_rough_reason", lambda self: None)
     monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: None)
-    monkeypatch.setattr(report_module, "_short_own_rows", lambda df: df["module"] == "nothing")
+
+    def causes(marked):
+        return lambda df: {"own": marked(df), "cut": df["module"] == "nothing"}
+
+    monkeypatch.setattr(report_module, "_short_row_causes", causes(lambda df: df["leaf"] & False))
     assert "marked ~" not in r._title()
     monkeypatch.setattr(
-        report_module, "_short_own_rows", lambda df: df["module"].str.endswith("(self)")
+        report_module, "_short_row_causes", causes(lambda df: df["module"].str.endswith("(self)"))
     )
     assert r._title().endswith(
         ". Per-layer times marked ~ are rough: (self) rows (a parent's span less its "
-        "children's) read shorter than their work allows"
+        "children's) read faster than their roof"
     )
     df = r.to_dataframe().set_index("module")
     assert df.loc["(self)", "latency_rough"] and not df.loc["lin", "latency_rough"]
+
+
+def test_the_caption_names_each_cause_of_the_short_rows_it_marks() -> None:
+    # a trial's loaded run against a low given roof: conv rows above it whose passes scattered
+    # wider than their medians were marked rough, and the caption said the hooks' cost took
+    # more than half of their spans (it took 3 us of 160). Each cause is named by its own
+    # words, only where a rough row has it. Here fast_compute (3e9 FLOP in 1 ms, 3x a given
+    # 1e12 FLOP/s roof) scattered by 2 ms; the rest below their roofs
+    from modelprof.report.report import _short_own_rows, _short_rows_reason
+
+    given = dataclasses.replace(PROBED, source="user")
+    df = add_roofline(_fast_rows().assign(latency_std_ms=[2.0, 1e-5, 0.1, 0.2]), given)
+    df["latency_rough"] = _short_own_rows(df)
+    assert df["latency_rough"].tolist() == [True, False, False, False]
+    reason = _short_rows_reason(df)
+    assert reason.startswith("rows faster than their roof whose passes scatter wider")
+    assert "hooks" not in reason and "(self)" not in reason
+    # read at 6 ms as spanned too (the hooks' correction took 5 of them): both causes named
+    both = df.assign(latency_read_ms=[6.0, 0.5e-4, 1.0, 2.5])
+    assert _short_rows_reason(both).split("; ")[0].startswith("rows read faster than their roof")
+    assert "scatter" in _short_rows_reason(both).split("; ")[1]
+    # no rough row: no reason
+    assert _short_rows_reason(df.assign(latency_rough=False)) is None
 
 
 def test_given_roofs_are_left_as_given() -> None:

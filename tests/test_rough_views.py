@@ -55,6 +55,9 @@ def test_a_layer_type_is_rough_where_a_row_summed_into_it_is(one_rough_relu, tmp
     assert act.count("\\textcolor{gray}{\\textasciitilde{}") == 2 and "textcolor" not in other
     html = r.to_html(group_by="layer_type")
     assert html.count('class="r rough"') == 2  # the activation row's two cells, greyed
+    # on hover they point at the caption, which says why (no cause of its own that may be
+    # wrong: it said "few per-layer passes, a busy probe, or above the peak" for any)
+    assert html.count('title="rough: no figure to quote (the caption says why)"') == 2
     # the flag goes to a file, and reads back exactly
     back = read_csv(r.to_csv(tmp_path / "types.csv", group_by="layer_type"))
     pd.testing.assert_frame_equal(back, pd.DataFrame(kinds).reset_index(), check_exact=True)

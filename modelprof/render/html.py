@@ -109,7 +109,7 @@ def html_table(table: Table, *, caption: str | None = None, max_height: str | No
             if is_rough(table, r, name):  # greyed, and said on hover
                 klass += " rough"
                 style += " color: #999;" if style else "color: #999;"
-                title = ' title="rough: few per-layer passes, a busy probe, or above the peak"'
+                title = ' title="rough: no figure to quote (the caption says why)"'
             attr = (f' style="{style}"' if style else "") + title
             tds.append(f'<td class="{klass}"{attr}>{html.escape(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")

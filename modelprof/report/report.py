@@ -755,17 +755,7 @@ class Report(Exports):
             title += f". The end-to-end backward marked ~ is no figure to quote: {whole}"
         reason = self._rough_reason()
         if reason is None and self.layer_timing is not None:
-            df = self.to_dataframe()  # (layers not rough: a rough row is a short one)
-            short = df.get("latency_rough", pd.Series(False, index=df.index)).fillna(False)
-            if short.any():
-                own = own_rows(df)[short.to_numpy()].all()
-                reason = (
-                    "(self) rows (a parent's span less its children's) read shorter than "
-                    "their work allows"
-                    if own
-                    else "rows read shorter than their work allows (the hooks' measured cost "
-                    "took more than half of a span, or all of it)"
-                )
+            reason = _short_rows_reason(self.to_dataframe())  # (layers not rough)
         backward = self.backward_agreement
         if backward is not None and not (backward.agree or backward.between_regimes):
             why = {
@@ -1047,22 +1037,52 @@ def _torchvision_name(class_name: str, params: int) -> str | None:
     return found[0] if type(built).__name__ == class_name else None
 
 
+#: why rows read short (:func:`_short_row_causes`), in the caption's words
+_SHORT_WORDS = {
+    "zero": "rows at 0 though they did work (the hooks' measured cost took all of a span)",
+    "own": "(self) rows (a parent's span less its children's) read faster than their roof",
+    "cut": "rows read faster than their roof once the hooks' measured cost took more than half "
+    "of a span",
+    "scattered": "rows faster than their roof whose passes scatter wider than their median "
+    "(the machine's load)",
+}
+
+
+def _short_rows_reason(df: pd.DataFrame) -> str | None:
+    """The causes of the ``latency_rough`` rows of a report whose layers are not rough as a
+    whole (each such row read short: :func:`_short_row_causes`), in words; None for none."""
+    rough = df.get("latency_rough", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    if not rough.any():
+        return None
+    causes = _short_row_causes(df)
+    named = [_SHORT_WORDS[k] for k, rows in causes.items() if (rows & rough).any()]
+    return "; ".join(named) or "rows read shorter than their work allows"
+
+
 def _short_own_rows(df: pd.DataFrame) -> pd.Series:
-    """Per row: a row at 0 though it did work (the hooks' correction took its whole span, or
-    its parent's own time), and a ``(self)`` row whose time (its parent's span less its
-    children's) reads faster than the roof it is judged against (efficiency above 1, which
-    for a measured row raises the probed roof instead): the hooks' correction or the load took
-    time from it, and its time is rough. So is a measured row's faster than its roof where
-    the hooks' correction took more than half of its span as read (``PROOF_COLUMN``: it
-    proved that roof by the half, ``roof_proofs``), or whose passes scatter wider than its
-    median (``scattered``: it proved none); above a roof given or looked up, its time stands,
-    its efficiency above 1 saying so."""
-    own = pd.Series(own_rows(df), index=df.index)
+    """Per row: rough by any of :func:`_short_row_causes` (its time read short)."""
+    short = pd.Series(False, index=df.index)
+    for rows in _short_row_causes(df).values():
+        short |= rows
+    return short
+
+
+def _short_row_causes(df: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per row, by cause, whether its time read short: ``zero``, a row at 0 though it did work
+    (the hooks' correction took its whole span, or its parent's own time); ``own``, a
+    ``(self)`` row (its parent's span less its children's) faster than the roof it is judged
+    against (efficiency above 1, which for a measured row raises the probed roof instead);
+    ``cut``, a measured row's faster than its roof where the hooks' correction took more than
+    half of its span as read (``PROOF_COLUMN``: it proved that roof by the half,
+    ``roof_proofs``); ``scattered``, one faster than its roof whose passes scatter wider than
+    its median (:func:`scattered`: it proved none). Above a roof given or looked up, a row's
+    time stands otherwise, its efficiency above 1 saying so."""
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
-    short = (df["latency_ms"] <= 0) & work
+    causes = {"zero": (df["latency_ms"] <= 0) & work}
     if "efficiency" in df.columns:
         above = df["efficiency"] > 1
         read = df.get(PROOF_COLUMN, pd.Series(np.nan, index=df.index))
-        cut = df["latency_ms"] < read / 2  # (NaN: not read, False)
-        short |= above & (own | cut | scattered(df))  # (scattered: it proved no roof)
-    return short
+        causes["own"] = above & pd.Series(own_rows(df), index=df.index)
+        causes["cut"] = above & (df["latency_ms"] < read / 2)  # (NaN: not read, False)
+        causes["scattered"] = above & pd.Series(scattered(df), index=df.index)
+    return causes
