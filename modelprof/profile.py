@@ -511,8 +511,17 @@ def _time(
         total = float(layers.corrected.median_ms)
         spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
         regimes = _regimes(clean, spec.opts, flat=clean is not model)
+        # the (root) row's median: the per-layer figure the check may say to quote
+        root = [
+            c.get("latency_ms") for r, c in zip(rows, columns) if r.module == "" and r.depth == 0
+        ]
         agreement = judge_agreement(
-            latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
+            latency,
+            layers.corrected,
+            leaf_sum,
+            regimes=regimes,
+            identical=spread,
+            root_ms=root[0] if root else None,
         )
         _say_disagreement(agreement, notes, warn=spec.opts.warn)
     timed = TimingResult(

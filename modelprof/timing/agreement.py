@@ -352,10 +352,13 @@ def judge_agreement(
     regimes: str | None = None,
     identical: IdenticalSpread | None = None,
     phase: str = "forward",
+    root_ms: float | None = None,
 ) -> TimingAgreement:
     """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
     passes (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum; ``regimes``: the modes
-    only the clean runs use, if any; ``identical``: :func:`identical_spread`'s finding, if any.
+    only the clean runs use, if any; ``identical``: :func:`identical_spread`'s finding, if any;
+    ``root_ms``: the ``(root)`` row's median as the table shows it (its call's span, inside the
+    pass), the per-layer figure quoted (the passes' median where None).
 
     Medians further apart than ``tolerance`` *disagree* when their intervals do not overlap,
     and are *too noisy to compare* when they overlap only because an interval is wider than
@@ -393,7 +396,9 @@ def judge_agreement(
         leaf_sum_ms=float(leaf_sum_ms),
         ratio=float(ratio),
         agree=verdict == "agree",
-        quote_ms={"clean": clean.median_ms, "per-layer": passes.median_ms}.get(quote, math.nan),
+        quote_ms={"clean": clean.median_ms, "per-layer": root_ms or passes.median_ms}.get(
+            quote, math.nan
+        ),
         quote=quote,
         cpu_ms=clean.cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
