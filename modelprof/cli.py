@@ -924,7 +924,8 @@ def _run_compare(ctx: _Context) -> int | None:
         on_step=ctx.step_lines(str),
         **ctx.run_options(named),
     )
-    print(f"# comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
+    caption = compare_caption(df.attrs, inputs=df.get("input_shape"))
+    print(f"# comparison ({caption})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False), file=ctx.stdout)  # captioned here
     for name, spec in zip(models, args.models):  # a row named otherwise than its MODEL
         if name != spec:

@@ -623,3 +623,27 @@ def test_a_withheld_step_rank_and_an_unjudged_stability_read_back_as_they_were()
     )
     back = read_csv(to_csv(df))
     pd.testing.assert_frame_equal(back, df)
+
+
+def _caption(tex: str) -> str:
+    return next(line for line in tex.splitlines() if line.startswith("\\caption"))
+
+
+def test_a_comparisons_caption_names_the_input_its_counts_depend_on() -> None:
+    # a fitted LaTeX table dropped input_shape and its caption never named the resolution,
+    # though the MACs depend on it (a report's caption says "input 1x3x64x64")
+    df = compare(_pair(), (10,), timing=False)
+    kept = ["params", "macs"]  # the input_shape column not among them
+    # both models fed one sample of 10 features, batch first: 1x10 (LaTeX writes x as times)
+    shared = "input 1$\\times$10"
+    assert shared in _caption(df.render.to_latex(columns=kept))
+    assert "input 1x10" in df.render.to_markdown(columns=kept).splitlines()[0]
+    # models fed different shapes: no one input is claimed; where the column is dropped the
+    # caption says each model's (a: 1 sample of 10 -> 1x10; b: 1 sample of 1x12 -> 1x1x12)
+    models = {"a": nn.Linear(10, 20), "b": nn.Conv1d(1, 2, 3)}
+    mixed = compare(models, {"a": (10,), "b": (1, 12)}, timing=False)
+    caption = _caption(mixed.render.to_latex(columns=kept)).replace("$\\times$", "x")
+    assert "inputs 1x10 (a), 1x1x12 (b)" in caption and "input 1x" not in caption
+    # where the table shows the column, it says them and the caption does not repeat them
+    shown = mixed.render.to_latex(columns=["input_shape", *kept])
+    assert "inputs" not in _caption(shown).replace("$\\times$", "x")

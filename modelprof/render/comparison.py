@@ -21,6 +21,7 @@ __all__ = [
     "COMPACT_COMPARE_COLUMNS",
     "compact_compare_columns",
     "compare_caption",
+    "input_caption",
     "compare_legend",
     "export_comparison",
     "rank_header",
@@ -136,14 +137,22 @@ def env_caption(env: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
-    """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
-    are estimated and what the rank follows (:func:`compare_legend`), or that latency was not
-    measured; the rows that failed. ``shown``: the columns a table keeps, where it keeps fewer
-    (a LaTeX table fitted to the page): their intervals only if shown."""
+def compare_caption(
+    attrs: Mapping[str, Any],
+    shown: Collection[str] | None = None,
+    inputs: Mapping[str, Any] | pd.Series | None = None,
+) -> str:
+    """``baseline resnet18; input 1x3x224x224; cpu (AMD EPYC), float32, batch 1, torch 2.x``,
+    then how the ratios are estimated and what the rank follows (:func:`compare_legend`), or
+    that latency was not measured; the rows that failed. ``shown``: the columns a table keeps,
+    where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown.
+    ``inputs``: each model's input shape (the table's ``input_shape`` column, None where it
+    has none: a generation comparison's; see :func:`input_caption`)."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
-    parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
+    parts = [f"baseline {baseline}"] if baseline is not None else []
+    said = input_caption({} if inputs is None else inputs, shown)
+    parts += ([said] if said else []) + ([env] if env else [])
     legend = compare_legend(attrs, shown)
     parts += [legend] if legend else []
     if baseline is not None and not attrs.get("unranked") and attrs.get("ranked_by") is None:
@@ -157,6 +166,22 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
             "compared (the error column and the notes say why)"
         )
     return "; ".join(parts)
+
+
+def input_caption(
+    inputs: Mapping[str, Any] | pd.Series, shown: Collection[str] | None = None
+) -> str:
+    """``input 1x3x64x64`` where every model that has one was fed that shape (the counts
+    depend on it, as a report's caption says its input); where they differ, each model's
+    (``inputs 1x3x64x64 (resnet18), 1x3x224x224 (vit)``) unless the table shows its
+    ``input_shape`` column; nothing where no model has one (a failed model's is missing)."""
+    given = {str(n): str(s) for n, s in inputs.items() if isinstance(s, str) and s}
+    shapes = list(dict.fromkeys(given.values()))
+    if len(shapes) == 1:
+        return f"input {shapes[0]}"
+    if not shapes or (shown is not None and "input_shape" in shown):
+        return ""
+    return "inputs " + ", ".join(f"{s} ({n})" for n, s in given.items())
 
 
 def compare_legend(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
@@ -347,7 +372,7 @@ def export_comparison(
         if fmt.name == "latex":  # (those the page keeps)
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
-        caption = compare_caption(df.attrs, shown) or None
+        caption = compare_caption(df.attrs, shown, df.get("input_shape")) or None
         legend = compare_legend(df.attrs, shown)
         if fmt.name == "latex":  # the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
