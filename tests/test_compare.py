@@ -647,3 +647,16 @@ def test_a_comparisons_caption_names_the_input_its_counts_depend_on() -> None:
     # where the table shows the column, it says them and the caption does not repeat them
     shown = mixed.render.to_latex(columns=["input_shape", *kept])
     assert "inputs" not in _caption(shown).replace("$\\times$", "x")
+
+
+def test_a_latex_ratio_shows_the_significant_digits_every_other_table_shows() -> None:
+    # LaTeX printed a ratio with 2 decimals (0.04 beside Markdown's 0.0439×), though every
+    # non-zero value is to show two significant digits
+    df = compare({"big": nn.Linear(10, 400), "small": nn.Linear(10, 13)}, (10,), timing=False)
+    # MACs 10 x 13 = 130 against 10 x 400 = 4000: 130 / 4000 = 0.0325 (3 significant figures)
+    assert df.loc["small", "macs_x"] == pytest.approx(0.0325)
+    tex = df.render.to_latex(columns=["macs_x"])
+    small = next(line for line in tex.splitlines() if line.startswith("small &"))
+    assert small == "small & 0.0325 \\\\"
+    # the baseline's own: 1 -> 1.00, as the Markdown cell reads 1.00×
+    assert "big & 1.00 \\\\" in tex and "0.0325×" in df.render.to_markdown(columns=["macs_x"])

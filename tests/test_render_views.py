@@ -338,7 +338,8 @@ def test_compare_ratio_and_throughput_columns() -> None:
     assert t.headers == ("model", "latency median", "latency ratio", "throughput (samples/s)")
     assert t.cells[1] == ("mobilenet_v3_large", "1.90 ms", "0.613×", "526.30")  # 3 significant
     fixed = prepare_table(cmp, units="fixed")
-    assert fixed.headers[2] == "latency ratio (×)" and fixed.cells[1][2] == "0.61"
+    # fixed units: the × in the header, the cell as the human one reads (0.6129: 3 significant)
+    assert fixed.headers[2] == "latency ratio (×)" and fixed.cells[1][2] == "0.613"
 
 
 def test_an_empty_selection_still_renders() -> None:
@@ -362,10 +363,11 @@ def test_a_ratios_interval_is_shown_as_the_ratio_is() -> None:
     t = prepare_table(df)
     assert t.headers[-1] == "ttft ratio CI low"
     assert t.cells[1] == ("b", "0.276×", "0.241×", "0.317×", "0.241×")
-    # fixed units (LaTeX's default): one unit in the header, the same 2 decimals for all
+    # fixed units (LaTeX's default): one unit in the header, the same 3 significant figures as
+    # the human cells for all (0.2764 -> 0.276, 0.2413 -> 0.241, 0.3171 -> 0.317)
     fixed = prepare_table(df, units="fixed")
     assert fixed.headers[2] == "latency ratio CI low (×)"
-    assert fixed.cells[1] == ("b", "0.28", "0.24", "0.32", "0.24")
+    assert fixed.cells[1] == ("b", "0.276", "0.241", "0.317", "0.241")
 
 
 def test_a_misspelt_view_option_is_named_with_the_nearest_one():

@@ -7,7 +7,8 @@ that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit mo
 - ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals;
   the unit keeps at most 4 digits before the point and, where possible, two significant digits
   in every non-zero value, else none at ``0.00`` (one that is prints ``<0.01``; zero prints
-  ``0``); a median and its interval's bounds share one unit. The usual choice for a paper.
+  ``0``); a median and its interval's bounds share one unit; a ratio to a baseline as its human
+  cell shows it, the ``×`` in the header (``0.0439``). The usual choice for a paper.
 - ``"raw"``: the stored numbers, full precision, headers are the column names.
 """
 
@@ -468,7 +469,12 @@ def readable_scale(
 
 # kinds whose fixed unit is chosen from the values, and those where it is not: (unit, scale)
 _FIXED_PREFIXES = {"count": SI_PREFIXES, "bytes": IEC_PREFIXES, "time_ms": TIME_UNITS}
-_FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01), "multiple": ("×", 1.0)}
+_FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01)}
+
+
+def _bare_multiple(v: Any) -> str:
+    """:func:`format_multiple` without its ``×``: a fixed-unit column's cell (``0.0439``)."""
+    return format_multiple(v).removesuffix("×")
 
 
 def _fixed_formatter(
@@ -483,6 +489,8 @@ def _fixed_formatter(
         if scale == 1.0 and kind != "time_ms":  # whole numbers of a count or of bytes as they are
             return header + (" (B)" if kind == "bytes" else ""), _human_formatter("int")
         return f"{header} ({unit})", _scaled_cell(scale)
+    if kind == "multiple":  # as the human cells show it (0.0439, not 0.04), the × in the header
+        return f"{header} (×)", _missing_as(MISSING, _bare_multiple)
     if kind in _FIXED_SCALES:
         unit, scale = _FIXED_SCALES[kind]
         return f"{header} ({unit})", _scaled_cell(scale)
