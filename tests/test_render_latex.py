@@ -201,6 +201,10 @@ def test_longtable_cannot_be_scaled_and_bad_options_are_named() -> None:
         with pytest.raises(ModelProfError, match=f"position={position!r} is not a LaTeX float"):
             to_latex(df, position=position)
     assert r"\begin{table*}[!ht]" in to_latex(df, position="!ht", long=False)
+    # long="false" (a string, so truthy) set a longtable: refused as float_env's strings are
+    for given in ("false", "no", "True", 0):
+        with pytest.raises(ModelProfError, match=f"long={given!r} must be True or False"):
+            to_latex(df, long=given)
 
 
 def test_tiny_values_never_print_as_zero() -> None:

@@ -95,6 +95,9 @@ def test_selection_does_not_modify_the_input() -> None:
         ({"depth": True}, "True"),
         ({"top_k": 0}, "0"),
         ({"sort_by": "nope"}, "'nope'"),
+        # a string flag is truthy: leaf_only="false" kept the leaves alone, silently
+        ({"leaf_only": "false"}, "leaf_only='false' must be True or False"),
+        ({"sort_by": "flops", "ascending": "no"}, "ascending='no' must be True or False"),
     ],
 )
 def test_bad_row_options_name_the_value(kwargs: dict, fragment: str) -> None:

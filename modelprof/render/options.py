@@ -119,8 +119,9 @@ class ViewOptions:
             raise ModelProfError(f"group_by={self.group_by!r} is not one of {list(_GROUPS)}")
         for name in ("leaf_only", "show_totals", "float_env"):
             check_flag(name, getattr(self, name))
-        if self.standalone is not None:  # set: a page (document) or the bare table, said so
-            check_flag("standalone", self.standalone)
+        for name in ("standalone", "long"):  # None: the caller's default (the table's length)
+            if getattr(self, name) is not None:  # set: said so (long="false" is no False)
+                check_flag(name, getattr(self, name))
         pos = self.position
         if pos is not None and not (
             isinstance(pos, str) and set(pos) <= set("htbp!") and set(pos) & set("htbp")

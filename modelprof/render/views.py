@@ -23,7 +23,7 @@ import pandas as pd
 
 import modelprof.columns as registry
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_flag
 from modelprof.render.options import UNITS, ViewOptions, check_count
 from modelprof.render.units import (
     IEC_PREFIXES,
@@ -217,6 +217,8 @@ def select_rows(
     ``leaf_only=True``: "the n most expensive layers" (else the root ranks first).
     """
     require_columns(df, (), "select_rows")
+    check_flag("leaf_only", leaf_only)  # "false" would read as True
+    check_flag("ascending", ascending)
     out = df
     check_count("depth", depth, 0)
     check_count("top_k", top_k, 1)
