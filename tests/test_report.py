@@ -209,14 +209,29 @@ def test_torchstat_style_takes_a_depth(static):
     names = list(collapsed["module name"])
     # depth 1: the leaves above depth 1 and the depth-1 modules themselves, then the total
     assert names == ["features", "head", "(self)", "total"]
-    # the total row is unchanged by collapsing (each row sums its subtree), except torchstat's
-    # memory(MB), which sums the outputs of the rows shown
-    keep = ["params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)"]
+    # the total row is unchanged by collapsing (each row sums its subtree), torchstat's
+    # memory(MB) too: it showed the depth-1 rows' own outputs, a total that fell with depth
+    keep = ["params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)", "memory(MB)"]
     pd.testing.assert_series_equal(collapsed.iloc[-1][keep], full.iloc[-1][keep], check_names=False)
+    # features' memory: its three leaves' outputs, 8 x 16 x 16 float32 = 8,192 B each, 3 x 8,192
+    # = 24,576 B = 0.0234375 MiB (its own output alone, 8,192 B, was 0.0078125)
+    features = collapsed.set_index("module name").loc["features"]
+    assert features["memory(MB)"] == 3 * 8 * 16 * 16 * 4 / 2**20
     text = static.to_text(style="torchstat", depth=1)
     assert "features" in text and "features.0" not in text
     # a numpy integer depth (a loop over np.arange) is taken, as by every other style
     assert static.to_text(style="torchstat", depth=np.int64(1)) == text
+
+
+def test_a_collapsed_torchstat_durations_sum_the_leaves_shares(timed):
+    # with depth=1 a parent's duration was its own span's share, its total other than the
+    # leaves' (depth=None's): each row now sums the shares of the leaves below it
+    full = timed.to_dataframe("torchstat").set_index("module name")["duration[%]"]
+    collapsed = timed._torchstat_frame(1).set_index("module name")["duration[%]"]
+    # features: the shares of features.0, .1 and .2; the total: of every leaf, as depth=None's
+    leaves = [f"features.{i}" for i in range(3)]
+    assert collapsed["features"] == pytest.approx(full[leaves].sum(), rel=1e-12)
+    assert collapsed["total"] == pytest.approx(full["total"], rel=1e-12)
 
 
 def test_torchstat_top_k_ranks_the_layers_and_keeps_the_total_last(static):

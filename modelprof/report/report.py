@@ -7,11 +7,12 @@ import dataclasses
 import functools
 import html
 import itertools
+import math
 import operator
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from modelprof.report.rows import (
     Row,
     count_column,
     modelprof_frame,
+    subtree_leaves,
     torchstat_frame,
     totals_of,
 )
@@ -491,11 +493,27 @@ class Report(Exports):
             for i, r in enumerate(self.rows)
             if (r.leaf if depth is None else r.depth == depth or (r.leaf and r.depth < depth))
         ]
-        rows = [dataclasses.replace(self.rows[i], leaf=True) for i in chosen]
+        # the counts of a parent row are its subtree's already; its output and its share of the
+        # time are its own span's: summed over the leaves below it (as depth=None shows them),
+        # so that the total row does not change with depth
+        below = {i: subtree_leaves(self.rows, i) for i in chosen}
+        rows = [
+            dataclasses.replace(
+                self.rows[i],
+                leaf=True,
+                output_bytes=sum(self.rows[j].output_bytes for j in below[i]),
+                latency_pct=_sum_measured(self.rows[j].latency_pct for j in below[i]),
+            )
+            for i in chosen
+        ]
         df = torchstat_frame(rows, self.timed)
         flags = None if self.layer_timing is None else self.to_dataframe().get("latency_rough")
-        if flags is not None:
-            rough = [bool(flags.iloc[i]) for i in chosen if self.rows[i].kind == "module"]
+        if flags is not None:  # a sum with a rough part is rough
+            rough = [
+                any(bool(flags.iloc[j]) for j in below[i])
+                for i in chosen
+                if self.rows[i].kind == "module"
+            ]
             df["latency_rough"] = [*rough, any(rough)]
         return df
 
@@ -1003,6 +1021,12 @@ def loaded_probe_note(peaks: Any, used: Any) -> str:
         "and MBU judged against them is marked (efficiency_loaded, mfu_rough, mbu_rough); probe "
         "again on a quiet machine, or pass roofline=lookup_peaks(...)"
     )
+
+
+def _sum_measured(values: Iterable[float]) -> float:
+    """The sum of the measured values (NaN: not measured), NaN where none was."""
+    measured = [v for v in values if not math.isnan(v)]
+    return float(sum(measured)) if measured else math.nan
 
 
 def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:

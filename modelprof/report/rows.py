@@ -420,6 +420,15 @@ def _instrument_columns(rows: Sequence[Row]) -> dict[str, object]:
     return out
 
 
+def subtree_leaves(rows: Sequence[Row], i: int) -> list[int]:
+    """The indices of the module leaves in row ``i``'s subtree (``i`` itself where it is one):
+    in execution order, the rows after it deeper than it."""
+    end = i + 1
+    while end < len(rows) and rows[end].depth > rows[i].depth:
+        end += 1
+    return [j for j in range(i, end) if rows[j].leaf and rows[j].kind == "module"]
+
+
 def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     """torchstat's table: one row per leaf call, batch dropped from shapes, a correct total."""
     leaves = [r for r in rows if r.leaf and r.kind == "module"]
