@@ -9,7 +9,8 @@ that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit mo
   in every non-zero value, else none at ``0.00`` (one that is prints ``<0.01``; zero prints
   ``0``); a median and its interval's bounds share one unit; a ratio to a baseline as its human
   cell shows it, the ``×`` in the header (``0.0439``). The usual choice for a paper.
-- ``"raw"``: the stored numbers, full precision, headers are the column names.
+- ``"raw"``: the stored numbers, full precision, headers are the column names; rows named as
+  in the other units (``(root)``, ``relu #2``; CSV and JSON keep the stored ``""``).
 """
 
 from __future__ import annotations
@@ -573,7 +574,7 @@ def prepare_table(
     kinds = [column_spec(n, shown[n]).kind for n in names]
     headers, formatters = _formatters(shown, names, units, (totals, end_to_end))
     columns_data = [list(shown[n]) for n in names]
-    if units != "raw" and "module" in names:
+    if "module" in names:  # (raw too: a name is no stored number; a file keeps "" to read back)
         columns_data[names.index("module")] = module_labels(
             shown["module"],
             rows["call"] if "call" in rows.columns and "call" not in names else None,
