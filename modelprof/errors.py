@@ -91,9 +91,18 @@ def warn_user(message: str, category: type[Warning]) -> None:
     while frame is not None and (
         frame.f_code.co_filename.startswith(_PACKAGE_DIR)
         or frame.f_code.co_filename == contextlib.__file__
+        or _generated_in_package(frame)
     ):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
+
+
+def _generated_in_package(frame: Any) -> bool:
+    """A frame of code modelprof generated (a dataclass's ``__init__``, which calls its
+    ``__post_init__``): its file is ``<string>``, its globals a modelprof module's."""
+    module = str(frame.f_globals.get("__name__", ""))
+    generated = frame.f_code.co_filename.startswith("<")
+    return generated and (module == "modelprof" or module.startswith("modelprof."))
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # modelprof/

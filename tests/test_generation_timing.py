@@ -524,3 +524,23 @@ def test_a_figure_read_on_a_loaded_machine_is_marked_and_noted():
     (few,) = [n for n in report.timing_notes if "no figure to quote" in n]
     assert "rests on too few runs" in few and "larger repeat= or budget_s=" in few
     assert "quieter" not in few
+
+
+def test_a_disagreement_warning_points_at_the_users_line(monkeypatch):
+    # TimingDisagreementWarning was attributed to <string>:15, the __init__ a dataclass
+    # generates (it calls the __post_init__ that warns), not to the line that made the report
+    import warnings
+
+    from modelprof.errors import TimingDisagreementWarning
+    from modelprof.generation import report as gen_report
+
+    class Said:
+        def note(self) -> str:
+            return "decode at context 9 ran slower than at context 10"
+
+    monkeypatch.setattr(gen_report, "_neighbours", lambda tables, timings: [Said()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gen_report.GenerationReport("m", None, "cpu", "float32", {}, {}, None, None)
+    said = [w for w in caught if w.category is TimingDisagreementWarning]
+    assert len(said) == 1 and said[0].filename == __file__  # this test's line, as the others
