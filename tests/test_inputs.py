@@ -3,7 +3,13 @@ anything is allocated, devices the machine lacks refused by name."""
 
 from __future__ import annotations
 
+import typing
 import warnings
+
+try:
+    from typing import Unpack
+except ImportError:  # Python 3.10
+    from typing_extensions import Unpack
 
 import numpy as np
 import pytest
@@ -228,3 +234,54 @@ def test_inputs_keys_named_as_modelprofs_or_torchs_own_parameters() -> None:
         Box().add(self=Box())
     with pytest.raises(ModelProfError, match=r"takes no keyword\(s\) \['slf'\].*it takes \['ot"):
         Box().add(slf=1)
+
+
+class _Declared(typing.TypedDict, total=False):
+    scale: float
+
+
+class _TakesDeclaredKeys(nn.Module):
+    """A forward whose ``**kwargs`` declares its keys, as transformers' ``Unpack[...]`` does
+    (set below as an object: this file's annotations are strings, which declare nothing)."""
+
+    def forward(self, input_ids, **kwargs):
+        return input_ids.float() * kwargs.get("scale", 1.0)
+
+
+_TakesDeclaredKeys.forward.__annotations__["kwargs"] = Unpack[_Declared]
+
+
+class _TakesAnyKeys(nn.Module):
+    """A forward whose plain ``**kwargs`` takes any key, as GPT-2's does; it fails without its
+    ``input_ids`` as transformers' models do ("You have to specify either input_ids")."""
+
+    def forward(self, input_ids: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        if input_ids is None:
+            raise ValueError("You have to specify either input_ids or inputs_embeds")
+        return input_ids.float() + len(kwargs)
+
+
+def test_a_named_input_a_declared_forward_does_not_take_is_refused_with_the_nearest_name():
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    # before, profile passed the misspelt key to the forward unchecked (generation refused it)
+    # (refused before the forward runs: not the failed forward's hint)
+    refused = r"^inputs\['input_idz'\] is no input of _TakesDeclaredKeys.forward; did you mean 'input_ids'"
+    with pytest.raises(ModelProfError, match=refused):
+        profile(_TakesDeclaredKeys(), inputs={"input_idz": ids}, timing=False)
+    # a declared key is taken, and the CLI's --input builds the same dict
+    report = profile(_TakesDeclaredKeys(), inputs={"input_ids": ids, "scale": 2.0}, timing=False)
+    assert report.input_shape == "1x4"
+
+
+def test_a_plain_kwargs_forward_takes_any_key_and_a_failure_names_the_near_miss():
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    # a plain **kwargs declares nothing: an extra key is no error
+    assert profile(_TakesAnyKeys(), inputs={"input_ids": ids, "extra": ids}, timing=False)
+    # the misspelt key went to **kwargs unread and the forward failed on no input_ids: the
+    # error said only the model's words; now it names the key and the parameter near it
+    with pytest.raises(ModelProfError) as caught:
+        profile(_TakesAnyKeys(), inputs={"input_idz": ids}, timing=False)
+    text = str(caught.value)
+    assert "You have to specify either input_ids" in text
+    assert "hint: inputs['input_idz'] is no parameter of _TakesAnyKeys.forward" in text
+    assert text.endswith("did you mean 'input_ids'?")

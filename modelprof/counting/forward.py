@@ -27,7 +27,7 @@ from modelprof.runtime.execution import RunMode, completed, running
 from modelprof.runtime.failure import module_path
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
-from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint
+from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint, unread_key_hint
 from modelprof.runtime.placement import refuse_valueless, runs_as_is
 from modelprof.runtime.tensors import iter_tensors, shape_str
 
@@ -227,6 +227,8 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         hint = _embedding_hint(e, module, inputs)
         if not inner.input_shapes:  # the module that failed was given no tensor: the ints?
             hint = shape_as_inputs_hint(e, inputs.args, inputs.kwargs) or hint
+    root = next((m for m, n in tracker.names.items() if n == ""), None)
+    hint = hint or unread_key_hint(root, inputs.kwargs)
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (

@@ -6,18 +6,14 @@ tokens. They go to the prompt's forward only; tensors of batch 1 are repeated to
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import inspect
-import typing
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.generation.encoder import is_encoder_decoder
-from modelprof.runtime.inputs import forward_parameters
+from modelprof.runtime.inputs import check_forward_keys
 from modelprof.runtime.tensors import map_tensors
 
 __all__ = ["PromptInputs", "prompt_inputs"]
@@ -62,7 +58,7 @@ def prompt_inputs(
             "prompt's keyword inputs, e.g. {'input_ids': ids, "
             "'pixel_values': pixels}"
         )
-    _check_keys(inputs, model)
+    check_forward_keys(inputs, model)
     # an encoder-decoder's prompt is its decoder's
     key = "decoder_input_ids" if is_encoder_decoder(model) else "input_ids"
     extras = {k: v for k, v in inputs.items() if k != key}
@@ -89,46 +85,6 @@ def prompt_inputs(
             f"{length} tokens; leave prompt_len out"
         )
     return PromptInputs(ids, extras), length
-
-
-def _check_keys(inputs: Mapping[str, Any], model: Any) -> None:
-    """Refuse a key the model's forward does not take: a misspelt ``input_id`` went to the
-    forward's ``**kwargs`` unread, and a random prompt was profiled in its place."""
-    taken = _keywords(model)
-    unknown = [k for k in inputs if taken is not None and k not in taken]
-    if unknown:
-        near = difflib.get_close_matches(unknown[0], sorted(taken), n=1)
-        said = f"did you mean {near[0]!r}?" if near else f"it takes {sorted(taken)}"
-        raise ModelProfError(
-            f"inputs[{unknown[0]!r}] is no input of {type(model).__name__}.forward; {said}"
-        )
-
-
-def _keywords(model: Any) -> set[str] | None:
-    """The keywords the model's forward takes; None where it takes any (a ``**kwargs`` of no
-    declared keys) or its signature cannot be read. A ``**kwargs: Unpack[SomeTypedDict]``, as
-    transformers declares them, takes that dict's keys."""
-    params = forward_parameters(model) if isinstance(model, nn.Module) else {}
-    if not params:
-        return None
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    names = {n for n, p in params.items() if p.kind in named}
-    for p in params.values():
-        if p.kind is p.VAR_KEYWORD:
-            keys = _declared_keys(p.annotation)
-            if keys is None:
-                return None
-            names |= keys
-    return names
-
-
-def _declared_keys(annotation: Any) -> set[str] | None:
-    """The keys of ``**kwargs: Unpack[SomeTypedDict]``; None for any other ``**kwargs``."""
-    declared = typing.get_args(annotation)  # Unpack[SomeTypedDict] -> (SomeTypedDict,)
-    if len(declared) != 1:
-        return None
-    keys = [getattr(declared[0], k, None) for k in ("__required_keys__", "__optional_keys__")]
-    return None if None in keys else {*keys[0], *keys[1]}
 
 
 def _batched(name: str, t: torch.Tensor, batch: int) -> torch.Tensor:

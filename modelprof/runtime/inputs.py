@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
 import numbers
 import os
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +37,9 @@ __all__ = [
     "build_inputs",
     "bytes_text",
     "parse_bytes",
+    "check_forward_keys",
     "check_input_bytes",
+    "unread_key_hint",
     "forward_parameters",
     "inputs_in_size_place",
     "make_inputs",
@@ -226,6 +230,7 @@ def make_inputs(
 
     args, kwargs = split_inputs(inputs)
     _refuse_call_keywords(model, kwargs)
+    check_forward_keys(kwargs, model)
     _refuse_meta_inputs(args, kwargs, dev)
     kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
     move = functools.partial(to_placement, device=dev, dtype=dt)
@@ -642,6 +647,66 @@ def refuses_call(fn: Any, *args: Any, **kwargs: Any) -> bool:
     except ValueError:
         return False
     return False
+
+
+def check_forward_keys(inputs: Mapping[str, Any], model: Any) -> None:
+    """Refuse a key the model's forward does not take: a misspelt ``input_id`` went to the
+    forward's ``**kwargs`` unread (a generation's random prompt was profiled in its place; a
+    forward failed on no ``input_ids`` without naming the key); a ``**kwargs`` of no declared
+    keys takes any."""
+    taken = _forward_keywords(model)
+    unknown = [k for k in inputs if taken is not None and k not in taken]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(taken), n=1)
+        said = f"did you mean {near[0]!r}?" if near else f"it takes {sorted(taken)}"
+        raise ModelProfError(
+            f"inputs[{unknown[0]!r}] is no input of {type(model).__name__}.forward; {said}"
+        )
+
+
+def unread_key_hint(model: Any, kwargs: Mapping[str, Any]) -> str:
+    """After a failed forward: a keyword input that is none of the forward's parameters but
+    near one (``input_idz``), which a plain ``**kwargs`` took unread while the forward went
+    without the input it meant ("You have to specify either input_ids"); "" for none."""
+    params = forward_parameters(model) if isinstance(model, nn.Module) else {}
+    named = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return ""  # (the call itself refused the key, by its name)
+    for key in kwargs:
+        near = [] if key in named else difflib.get_close_matches(key, named, n=1)
+        if near:
+            return (
+                f"\nhint: inputs[{key!r}] is no parameter of {type(model).__name__}.forward, "
+                f"whose **kwargs took it unread: did you mean {near[0]!r}?"
+            )
+    return ""
+
+
+def _forward_keywords(model: Any) -> set[str] | None:
+    """The keywords the model's forward takes; None where it takes any (a ``**kwargs`` of no
+    declared keys) or its signature cannot be read. A ``**kwargs: Unpack[SomeTypedDict]``, as
+    transformers declares them, takes that dict's keys."""
+    params = forward_parameters(model) if isinstance(model, nn.Module) else {}
+    if not params:
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = {n for n, p in params.items() if p.kind in named}
+    for p in params.values():
+        if p.kind is p.VAR_KEYWORD:
+            keys = _declared_keys(p.annotation)
+            if keys is None:
+                return None
+            names |= keys
+    return names
+
+
+def _declared_keys(annotation: Any) -> set[str] | None:
+    """The keys of ``**kwargs: Unpack[SomeTypedDict]``; None for any other ``**kwargs``."""
+    declared = typing.get_args(annotation)  # Unpack[SomeTypedDict] -> (SomeTypedDict,)
+    if len(declared) != 1:
+        return None
+    keys = [getattr(declared[0], k, None) for k in ("__required_keys__", "__optional_keys__")]
+    return None if None in keys else {*keys[0], *keys[1]}
 
 
 def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
