@@ -298,7 +298,8 @@ class _NoCacheLM(torch.nn.Module):
     [
         (dict(new_tokens=0), "new_tokens=0"),
         (dict(prompt_len=300), "prompt_len=300"),
-        (dict(prompt_len=250, new_tokens=10), "exceeds the model's 256 positions"),
+        # 250 + 10 - 1 = 259 positions fed (the last token never is), past 256
+        (dict(prompt_len=250, new_tokens=10), "needs 259 positions"),
         (dict(batch_size=[1, 0]), "batch_size"),
         # a report holds one row per batch size and one per context: a repeat was merged away
         (dict(batch_size=[1, 2, 1]), "batch_size=[1, 2, 1] names 1 twice"),

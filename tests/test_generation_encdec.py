@@ -193,11 +193,12 @@ def test_without_a_cache_each_decode_step_recomputes_the_decoder_prefix():
 
 def test_decoder_length_and_inputs_are_checked_before_running():
     model = _whisper()
-    # 10 + 10 = 20 decoder tokens, the decoder has 16 positions
+    # 10 + 10 = 20 decoder tokens, the decoder has 16 positions (Whisper's generate counts the
+    # last token too, though it is never fed)
     with pytest.raises(
         ModelProfError,
-        match=r"prompt_len=10 \+ new_tokens=10 = 20 exceeds the model's 16 decoder "
-        r"positions \(max_target_positions\)",
+        match=r"prompt_len=10 \+ new_tokens=10 needs 20 positions \(its generate\(\) counts the "
+        r"last token too\), more than the model's 16 decoder positions \(max_target_positions\)",
     ):
         _run(model, prompt_len=10, new_tokens=10, timing=False)
     with pytest.raises(
@@ -360,6 +361,8 @@ def test_bart_reads_its_decoder_heads_and_positions():
     assert kv.per_layer_cross_bytes == (896, 896) and kv.cross_tokens == 7
     with pytest.raises(
         ModelProfError,
-        match=r"= 40 exceeds the model's 32 decoder positions \(max_position_embeddings\)",
+        # 20 + 20 - 1 = 39 positions fed, past 32
+        match=r"needs 39 positions .* than the model's 32 decoder positions "
+        r"\(max_position_embeddings\)",
     ):
         _run(model, inputs=source, prompt_len=20, new_tokens=20, timing=False)

@@ -24,3 +24,41 @@ def test_a_context_past_the_positions_is_refused():
 def test_without_a_known_limit_memory_alone_bounds_it():
     # 24e9 // (512 x 100,000 + 100) = 468 (the 1,000 B of weights change nothing here)
     assert _plan(None).max_batch(24e9, context=100_000) == 468
+
+
+def _llama_of(positions: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        max_position_embeddings=positions,
+    )
+    return LlamaForCausalLM(config)
+
+
+def test_a_generation_whose_last_token_needs_no_position_is_profiled():
+    # prompt 60 + 5 new tokens on 64 positions: the last token is produced, never fed, so the
+    # last step runs at 60 + 5 - 2 = 63 tokens in the cache and feeds position 63, the 64th.
+    # HF's own generate runs it (60 + 5 = 65 tokens out); it was refused as "65 exceeds 64"
+    import torch
+
+    from modelprof import profile_generation
+
+    model = _llama_of(64)
+    ids = torch.zeros(1, 60, dtype=torch.long)
+    out = model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    assert out.shape == (1, 65)  # 60 + 5
+    report = profile_generation(model, prompt_len=60, new_tokens=5, timing=False)
+    # the default contexts: first 60, middle (60 + 63) // 2 = 61, last 63 (needs 64 positions)
+    assert report.spec.contexts == (60, 61, 63)
+    # the plan's cache held at the limit, 64 tokens (not 60 + 5 = 65, past it: refused there)
+    assert report.memory.context == 64
+    assert report.memory.max_batch(24e9) >= 1
+    # one more new token: 60 + 6 - 1 = 65 positions fed, past 64
+    with pytest.raises(ModelProfError, match=r"new_tokens=6 needs 65 positions"):
+        profile_generation(model, prompt_len=60, new_tokens=6, timing=False)

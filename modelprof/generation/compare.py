@@ -19,7 +19,7 @@ from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model, outputs_by_name
 from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
-from modelprof.generation.spec import GenerationSpec
+from modelprof.generation.spec import GenerationSpec, counts_last_token
 from modelprof.generation.timing import generation_sampler, stable_flags, timing_from
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.runtime.env import collect_env
@@ -148,7 +148,10 @@ def _prepared(
     dev, dt = model_device_dtype(model, None, None)
     config = getattr(model, "config", None)  # (None: every dimension and closed form None)
     positions = model_dims(config)["max_positions"]
-    spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache, positions)
+    whole = counts_last_token(config)
+    spec = GenerationSpec.parse(
+        prompt_len, new_tokens, batch_size, None, cache, positions, whole=whole
+    )
     lm = language_model(model, step, spec.cache, dev, dt)
     if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
         source = source_length(model, {}, spec.prompt_len)

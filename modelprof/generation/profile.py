@@ -27,7 +27,7 @@ from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
 from modelprof.generation.prompt import PromptInputs, prompt_inputs
 from modelprof.generation.report import GenerationReport
-from modelprof.generation.spec import GenerationSpec
+from modelprof.generation.spec import GenerationSpec, counts_last_token
 from modelprof.generation.timing import measure_generation
 from modelprof.profile import profile
 from modelprof.runtime.env import collect_env
@@ -105,6 +105,7 @@ def profile_generation(
         cache,
         max_positions=model_dims(config)["max_positions"],
         positions=_positions(config) if encoded else "positions",
+        whole=counts_last_token(config),
     )
     source = source_length(model, given.extras, spec.prompt_len) if encoded else None
     check_run_fits(spec, model, dt, dev, source_len=source)
@@ -196,11 +197,15 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
         act[p.name] = max(act.get(p.name, 0.0), activation_bytes(p.records) / b)
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
     terms = cache_terms(kv, lm.config, lm.dtype)
+    # the plan's cache at prompt + new tokens, one more than a generation holds (the last token
+    # is never fed), so at the positions' limit (spec.parse: p + n - 1) it is held at the limit
+    limit = terms["max_positions"]
+    context = spec.total_len if limit is None else min(spec.total_len, limit)
     return MemoryPlan(
         weights_bytes(lm.model, lm.dtype),
         activation_per_seq_bytes=act,
         batch_size=b,
-        context=spec.total_len,
+        context=context,
         state_per_seq_bytes=float(states),
         prompt_len=spec.prompt_len,
         count_prefill=_prefill_counter(lm),

@@ -10,7 +10,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError, check_int, is_int
 
-__all__ = ["CacheMode", "GenerationSpec", "default_contexts"]
+__all__ = ["CacheMode", "GenerationSpec", "counts_last_token", "default_contexts"]
 
 
 class CacheMode(str, enum.Enum):
@@ -59,6 +59,12 @@ def default_contexts(prompt_len: int, new_tokens: int) -> tuple[int, ...]:
     return tuple(sorted({prompt_len, (prompt_len + last) // 2, last}))
 
 
+def counts_last_token(config: Any) -> bool:
+    """The model's own ``generate`` refuses prompt + new tokens past its positions, though the
+    last token is never fed (Whisper's checks ``max_target_positions`` so)."""
+    return getattr(config, "model_type", None) == "whisper"
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerationSpec:
     """The checked options of one ``profile_generation`` run."""
@@ -79,9 +85,11 @@ class GenerationSpec:
         cache: Any = "dynamic",
         max_positions: int | None = None,
         positions: str = "positions",
+        whole: bool = False,
     ) -> GenerationSpec:
         """Check every option; ``max_positions`` (the model's, named ``positions`` in an
-        error) bounds prompt + new tokens."""
+        error) bounds prompt + new tokens - 1 (the positions the tokens fed take), or prompt +
+        new tokens with ``whole`` (a model whose own ``generate`` says so: Whisper's)."""
         p = check_int("prompt_len", prompt_len)
         n = check_int("new_tokens", new_tokens)
         batches = _int_list("batch_size", batch_size)
@@ -95,10 +103,19 @@ class GenerationSpec:
                 raise ModelProfError(
                     f"prompt_len={p} does not fit the model's {max_positions} {positions}"
                 )
-            if p + n > max_positions:
+            # the last new token is produced, never fed: the last step runs at p + n - 2 tokens
+            # in the cache and needs p + n - 1 positions (as a decode step's context below);
+            # Whisper's generate() refuses p + n past its positions all the same (``whole``)
+            need = p + n if whole else p + n - 1
+            if need > max_positions:
+                why = (
+                    "its generate() counts the last token too"
+                    if whole
+                    else ("the last token is produced, never fed")
+                )
                 raise ModelProfError(
-                    f"prompt_len={p} + new_tokens={n} = {p + n} exceeds the "
-                    f"model's {max_positions} {positions}"
+                    f"prompt_len={p} + new_tokens={n} needs {need} positions ({why}), more "
+                    f"than the model's {max_positions} {positions}"
                 )
             over = [c for c in ctx if c + 1 > max_positions]
             if over:
