@@ -307,6 +307,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
             row.update(_ratio(f"{kind}_x", getattr(t, kind), getattr(base, kind), *ratio_args))
         row.update(_cpu_columns(t, base, *ratio_args))
         rough_flags(checks.get(name, []), row, ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"))
+        row.update({f"{kind}_rough": bool(why) for kind, why in _unquotable(t).items()})
         rows.append(row)
     df = stable_flags(pd.DataFrame(rows)).set_index("model")
     measured = [m for t in timings for m in _measured(t)]
@@ -337,4 +338,29 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
     by_model = {name: _measured(t) for (name, *_), t in zip(lms, timings)}
     df.attrs.update(shaken_attrs(by_model, loaded=not on_cpu and not unranked))
     df.attrs["notes"] = notes
+    said = {
+        f"{name} {_FIGURE_NAMES[kind]}": why
+        for (name, *_), t in zip(lms, timings)
+        for kind, why in _unquotable(t).items()
+        if why
+    }
+    if said:  # for the caption: which figures are marked ~, and why
+        df.attrs["unquotable_generation"] = said
     return df
+
+
+_FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "end to end"}
+
+
+def _unquotable(t: Any) -> dict[str, str | None]:
+    """Why each of a model's measured TTFT, TPOT and end to end is no figure to quote, as a
+    report's summary flags them (``ttft_rough``...): read on a loaded machine, or from too few
+    runs; None where it is one."""
+    out: dict[str, str | None] = {}
+    for kind in _FIGURE_NAMES:
+        m = getattr(t, kind)
+        if m is not None:
+            why = ["the machine was loaded"] if m.loaded else []
+            why += [f"too few runs, n={m.n}"] if m.undersampled else []
+            out[kind] = "; ".join(why) or None
+    return out

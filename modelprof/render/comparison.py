@@ -232,6 +232,14 @@ _LATENCY_FIGURES = frozenset(
     fps""".split()
 )
 
+#: the columns a generation comparison's ``ttft_rough``, ``tpot_rough`` and
+#: ``end_to_end_rough`` mark
+_GENERATION_FIGURES = frozenset(
+    f"{kind}{suffix}"
+    for kind in ("ttft", "tpot", "end_to_end")
+    for suffix in ("_ms", "_ci_low_ms", "_ci_high_ms")
+)
+
 #: the columns a training step's ``backward_latency_rough``, ``step_latency_rough`` and
 #: ``optimizer_latency_rough`` mark (compare(backward=True))
 _STEP_FIGURES = frozenset(
@@ -253,6 +261,10 @@ def _marked(attrs: Mapping[str, Any], shown: Collection[str] | None) -> list[str
             by_reason.setdefault(why, []).append(name)
         said = "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items())
         out.append(f"latency marked ~ is no figure to quote: {said}")
+    figures = attrs.get("unquotable_generation") or {}  # compare_generation's, by one rule
+    if figures and (shown is None or _GENERATION_FIGURES & set(shown)):
+        said = "; ".join(f"{what} ({why})" for what, why in figures.items())
+        out.append(f"TTFT, TPOT and end to end marked ~ are no figure to quote: {said}")
     step = attrs.get("unquotable_step") or {}
     if step and (shown is None or _STEP_FIGURES & set(shown)):  # by the forward's rule
         said = "; ".join(f"{what} ({why})" for what, why in step.items())
