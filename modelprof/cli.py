@@ -1112,8 +1112,9 @@ def _compare_generation(ctx: _Context) -> int | None:
     )
     print(f"# generation comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False), file=ctx.stdout)
-    for name, spec in zip(models, args.specs):
-        print(f"model: {name} = {spec}", file=ctx.stdout)
+    for name, spec in zip(models, args.specs):  # a row named otherwise than its SPEC
+        if name != spec:
+            print(f"model: {name} = {spec}", file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:

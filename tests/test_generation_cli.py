@@ -249,3 +249,21 @@ def test_generate_several_specs_compares_them(tmp_path, capsys):
 def test_generate_several_specs_refuses_one_model_options(flags, message, capsys):
     assert main(["generate", TINY, TINY, "--prompt-len", "8", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_generate_names_a_specs_row_only_where_its_label_differs(tmp_path, capsys, monkeypatch):
+    # file.py:FACTORY rows are labelled with the SPEC itself: "model: lm.py:llama = lm.py:llama"
+    # said nothing; a line maps a row's label to its SPEC where they differ (as compare's)
+    (tmp_path / "lm.py").write_text(
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "def llama():\n"
+        "    return LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64,\n"
+        "        num_hidden_layers=1, num_attention_heads=2, vocab_size=64))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["generate", "lm.py:llama", TINY, "--prompt-len", "4", "--new-tokens", "2"]
+    assert main([*argv, "--budget", "0.05"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows[-2:] == ["lm.py:llama", "Llama"]  # the SPEC's own label, the config's class
+    assert "model: lm.py:llama" not in out and f"model: Llama = {TINY}" in out
