@@ -62,3 +62,21 @@ def test_a_generation_whose_last_token_needs_no_position_is_profiled():
     # one more new token: 60 + 6 - 1 = 65 positions fed, past 64
     with pytest.raises(ModelProfError, match=r"new_tokens=6 needs 65 positions"):
         profile_generation(model, prompt_len=60, new_tokens=6, timing=False)
+
+
+def test_the_kv_line_names_its_batch_where_several_were_profiled():
+    # 2 layers x 2 KV heads x head_dim 16 (64 / 4 heads) x 2 (K and V) x 4 bytes = 512 B a
+    # token; report.kv is the first batch size's cache (1 sequence of 16 + 6 - 1 = 21 tokens:
+    # 10,752 B), which the line now says; it named no batch beside batch 2's 21,504 B
+    pytest.importorskip("transformers")
+    from helpers import tiny_llama
+
+    from modelprof import profile_generation
+
+    report = profile_generation(
+        tiny_llama(), prompt_len=16, new_tokens=6, batch_size=[1, 2], timing=False
+    )
+    assert report.kv.batch_size == 1 and report.kv.total_bytes == 10_752
+    assert "KV cache at batch 1: 512 bytes/token (closed form 512), 10,752 bytes" in repr(report)
+    single = profile_generation(tiny_llama(), prompt_len=16, new_tokens=6, timing=False)
+    assert "  KV cache: 512 bytes/token" in repr(single)  # one batch: nothing to tell apart

@@ -572,7 +572,9 @@ class GenerationReport(Exports):
             lines.append(line)
         kv = self.kv
         if kv is not None:
-            lines.append(f"  KV cache: {_kv_words(kv)}")
+            # (several batch sizes: the cache is the first's, as report.memory and the defaults)
+            at = f" at batch {kv.batch_size}" if len(self.spec.batch_sizes) > 1 else ""
+            lines.append(f"  KV cache{at}: {_kv_words(kv)}")
             cross = f"cross-attention over the encoder's {kv.cross_tokens} tokens"
             constant = ((kv.state_bytes, "recurrent state"), (kv.cross_bytes, cross))
             fixed = [f"{n:,} bytes of {what}" for n, what in constant if n]
