@@ -80,3 +80,21 @@ def test_the_kv_line_names_its_batch_where_several_were_profiled():
     assert "KV cache at batch 1: 512 bytes/token (closed form 512), 10,752 bytes" in repr(report)
     single = profile_generation(tiny_llama(), prompt_len=16, new_tokens=6, timing=False)
     assert "  KV cache: 512 bytes/token" in repr(single)  # one batch: nothing to tell apart
+
+
+def test_a_context_shorter_than_the_profiled_prompt_holds_its_prefill_in_proportion():
+    # a trial's tiny Llama profiled at a 16-token prompt: weights 875,840 B, KV 512 B a token,
+    # the prefill's largest call 22,016 B (1,376 B a token), a decode step's 4,256 B. Asked at
+    # context 12 (a prompt as long), the plan took the 16-token prefill's 22,016 B: batch 0 at
+    # 900,000 B and max_context 4. A 12-token prefill's call holds at most 12/16 of it:
+    # 875,840 + 12 x 512 + 12 x 1,376 = 898,496 <= 900,000 (13 tokens: 900,384, over)
+    plan = MemoryPlan(
+        875_840, 512.0, {"prefill": 22_016.0, "decode": 4_256.0}, 1, 22, prompt_len=16
+    )
+    assert plan.activation_seq_bytes(12) == 16_512.0  # 22,016 x 12 / 16
+    assert plan.activation_seq_bytes(2) == 4_256.0  # the decode step's, above 2 x 1,376
+    assert plan.activation_seq_bytes(16) == 22_016.0  # at the profiled prompt: as measured
+    assert plan.max_batch(900_000, context=12) == 1 and plan.max_batch(900_000, context=13) == 0
+    assert plan.max_context(900_000, batch=1) == 12
+    # context 4: 24,160 B free over 4 x 512 + max(4,256, 4 x 1,376 = 5,504) = 7,552 a sequence
+    assert plan.max_batch(900_000, context=4) == 3

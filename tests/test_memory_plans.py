@@ -54,8 +54,14 @@ def test_mistral_sliding_window_plan_caps_at_the_window():
     assert mem.max_batch(budget, context=100_000, prompt_len=90) == 5
     # memory sets no limit on the context: the model's positions are the answer
     assert mem.max_context(budget, batch=5, prompt_len=90) == model.config.max_position_embeddings
-    # a budget that runs out inside the window: 3 tokens of 2 x 256 B per sequence fit
-    tight = mem.weights_bytes + 2 * (act + 3 * 2 * LAYER_TOKEN)
+    # a budget that runs out inside the window: 3 tokens of 2 x 256 B per sequence fit, beside
+    # prompts of 2 tokens, whose prefill holds 2/90 of the profiled one's (or a decode step's,
+    # if more)
+    short = max(
+        mem.activation_per_seq_bytes["prefill"] * 2 / 90, mem.activation_per_seq_bytes["decode"]
+    )
+    assert mem.activation_seq_bytes(2) == short
+    tight = mem.weights_bytes + 2 * (short + 3 * 2 * LAYER_TOKEN)
     assert mem.max_context(tight, batch=2, prompt_len=2) == 3  # (prompts of 2 tokens)
 
 

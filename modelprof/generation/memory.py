@@ -184,8 +184,15 @@ class MemoryPlan:
         one, the larger of those and its prefill's counted on meta (as :func:`modelprof.fit`
         counts it: the math attention path, a flash kernel's held less); where it cannot be
         counted, the profiled phases' (``prefill_note``)."""
-        measured = max(self.activation_per_seq_bytes.values(), default=0.0)
+        acts = self.activation_per_seq_bytes
+        measured = max(acts.values(), default=0.0)
         tokens = self.prompt_len if prompt_len is None else check_int("prompt_len", prompt_len)
+        if tokens < self.prompt_len and "prefill" in acts:
+            # a shorter prefill's call holds at most the profiled one's in proportion (its
+            # linear terms scale so, attention's quadratic one falls faster): a bound; the
+            # decode steps' as measured (one token's, at contexts no shorter)
+            rest = max((v for k, v in acts.items() if k != "prefill"), default=0.0)
+            return max(rest, acts["prefill"] * tokens / self.prompt_len)
         if tokens <= self.prompt_len:
             return measured
         cap = self.max_positions if self.max_positions is not None else COUNT_CAP
@@ -240,19 +247,22 @@ class MemoryPlan:
             longest = self._longest(memory_bytes, b, self.activation_seq_bytes(prompt))
             return longest if longest >= prompt else 0
         longest = self._longest(memory_bytes, b, self.activation_seq_bytes())
-        if longest <= self.prompt_len:  # no prompt longer than the profiled one: as measured
+        if longest == self.prompt_len:  # the profiled prompt's, as measured
             return longest
 
         def fits(c: int) -> bool:
             return self._longest(memory_bytes, b, self.activation_seq_bytes(c)) >= c
 
-        low, high = self.prompt_len, max(2 * self.prompt_len, 1)  # fits(low): as measured
-        while high < longest and fits(high):  # (a prefill at a length far past any that fits
-            low, high = high, 2 * high  # is never counted)
-        if high >= longest:
-            if fits(longest):
-                return longest
-            high = longest
+        if longest < self.prompt_len:  # a shorter prompt holds less: fits(longest) holds
+            low, high = longest, self.prompt_len
+        else:
+            low, high = self.prompt_len, max(2 * self.prompt_len, 1)  # fits(low): as measured
+            while high < longest and fits(high):  # (a prefill at a length far past any that
+                low, high = high, 2 * high  # fits is never counted)
+            if high >= longest:
+                if fits(longest):
+                    return longest
+                high = longest
         while high - low > 1:  # fits(low), not fits(high)
             mid = (low + high) // 2
             low, high = (mid, high) if fits(mid) else (low, mid)
