@@ -56,7 +56,11 @@ def test_the_plot_draws_the_roof_the_table_and_summary_use_and_says_why(disturbe
     assert "raised to measured" not in title
     util = disturbed.utilization("probe")
     assert util.convention.peaks.peak_flops == pytest.approx(used.peak_flops)
-    assert (util.rows["mfu"].dropna() <= 1 + 1e-9).all()
+    # no row above the roof, unless its time is marked rough (under load: passes scattered
+    # wider than their median prove by the median plus that spread, and read above it)
+    rough = disturbed.to_dataframe()["latency_rough"].to_numpy(dtype=bool)
+    mfu = util.rows["mfu"].to_numpy(dtype=float)
+    assert not (mfu[~rough] > 1 + 1e-9).any()
 
 
 def test_a_generation_without_a_peak_says_why_in_its_own_words():

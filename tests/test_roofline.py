@@ -687,8 +687,14 @@ def test_one_peak_per_run_for_the_mfu_the_table_and_the_plot() -> None:
         )
     df = report.to_dataframe()
     timed = df[df["latency_ms"] > 0]
-    # the compute roof: the best FLOP/s a row reached, flops / latency (ms -> s)
-    best = float((timed["flops"] / (timed["latency_ms"] * 1e-3)).max())
+    # the compute roof: the best FLOP/s a row proved, flops / its proof's time (ms -> s): its
+    # latency, or where its passes scatter wider than their median (a loaded machine's 3
+    # passes, one preempted) the median plus that spread; no less than half its span as read
+    scatter = timed["latency_std_ms"] > timed["latency_ms"]
+    proof = timed["latency_ms"] + timed["latency_std_ms"].where(scatter, 0.0)
+    read = pd.Series([r.latency_read_ms for r in report.rows], index=df.index)[timed.index]
+    proof = np.maximum(proof, read.fillna(0.0) / 2)
+    best = float((timed["flops"] / (proof * 1e-3)).max())
     u = report.utilization()
     assert u.convention.peaks.peak_flops == pytest.approx(best)
     assert u.by_peak == {"probe": u.mfu}
@@ -696,7 +702,10 @@ def test_one_peak_per_run_for_the_mfu_the_table_and_the_plot() -> None:
     expected = 2 * timed["macs"] / (timed["latency_ms"] * 1e-3 * best)
     assert timed["mfu"].to_numpy() == pytest.approx(expected.to_numpy())
     assert list(u.rows["mfu"].fillna(-1)) == list(df["mfu"].fillna(-1))
-    assert (timed["mfu"] <= 1 + 1e-9).all()  # no row above the peak it is judged against
+    # no row above the peak it is judged against, unless its time is marked rough (one that
+    # scattered proves less than its median reads)
+    assert (timed["mfu"][~timed["latency_rough"]] <= 1 + 1e-9).all()
+    assert timed["latency_rough"][timed["mfu"] > 1 + 1e-9].all()
     # the summary says in words where the peak came from
     assert "raised to what a layer of this run reached: the probe was disturbed" in (
         report.summary()

