@@ -18,6 +18,7 @@ from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.runtime.env import MachineShare
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
@@ -266,9 +267,12 @@ def time_phase(
     interleaved with the instrumented ones."""
     root = root or lm.root
     mi.reset = None if cache_as_was is None else cache_as_was.reset
+    # what other work took of the cores while the passes ran: a loaded phase is rough
+    share = MachineShare(on=torch.device(mi.device).type == "cpu")
     try:
         instrument = time_kernels if opts.layer_instrument(mi.device) == "kernels" else time_layers
-        layers = instrument(_Timed(root), mi, modules=module_names(root), options=opts)
+        with share:
+            layers = instrument(_Timed(root), mi, modules=module_names(root), options=opts)
     finally:
         if cache_as_was is not None:  # the last pass's token taken out again
             cache_as_was.reset()
@@ -283,6 +287,9 @@ def time_phase(
         device=str(mi.device),
         batch_size=mi.batch_size,
         label=f"{lm.name} {phase.label} (plain passes)",
+        env=dict(layers.env),
+        competing_cores=share.competing_cores,
+        competing_cores_margin=share.margin,
     )
     old = phase.report
     columns, overhead, leaf_sum = layer_columns(row_keys(old.rows), phase.records, latency, layers)

@@ -33,6 +33,7 @@ from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 from modelprof.runtime.env import jsonable
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
+from modelprof.timing.measurement import unquotable
 
 __all__ = ["GenerationReport"]
 
@@ -130,12 +131,12 @@ class GenerationReport(Exports):
         for b, t in self.timings.items():
             for kind, series in _FIGURES.items():
                 m = getattr(t, kind)
-                if m is not None and (m.loaded or m.undersampled):
+                if m is not None and unquotable(m):
                     label = f"{_FIGURE_NAMES[kind]} at batch {b}"
                     found.append((series, f"batch {b}", _unquotable_note(label, m)))
         for p in (p for ps in self.phase_tables.values() for p in ps):
             m = p.report.latency
-            if m is not None and (m.loaded or m.undersampled):
+            if m is not None and unquotable(m):
                 point = _phase_point(p)
                 found.append((_PHASES, point, _unquotable_note(point, m)))
         return found
@@ -218,10 +219,11 @@ class GenerationReport(Exports):
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """One row per phase of every batch size (or of ``batch_size``): counted totals, KV bytes
         after it, median of the per-layer passes' plain runs, the instrument's cost
-        (instrumented / plain) and, with a target, the bound. ``latency_rough``: slower than a
-        phase doing more work, beyond both intervals (``~``)."""
-        rows = []
-        for p in self._every(batch_size):
+        (instrumented / plain) and, with a target, the bound. ``latency_rough`` (``~``, the
+        caption says why): slower than a phase doing more work, beyond both intervals, or no
+        figure to quote by its own runs (``unquotable``: read on a loaded machine, too few)."""
+        rows, phases = [], self._every(batch_size)
+        for p in phases:
             t, latency, overhead = p.totals, p.report.latency, p.report.instrumentation_overhead
             row = {
                 "phase": p.name,
@@ -238,7 +240,23 @@ class GenerationReport(Exports):
             if latency is not None:
                 row["latency_rough"] = self._rough(_PHASES, _phase_point(p))
             rows.append(row)
-        return shown(pd.DataFrame(rows), caption=self._bound_caption())
+        caption = [c for c in (self._bound_caption(), self._phases_rough(phases)) if c]
+        return shown(pd.DataFrame(rows), caption=". ".join(caption) or None)
+
+    def _phases_rough(self, phases: list[Phase]) -> str | None:
+        """The caption's line on the phases marked ``~``, each with why; None when none is."""
+        why = []
+        for p in phases:
+            m = p.report.latency
+            if m is None or not self._rough(_PHASES, _phase_point(p)):
+                continue
+            reasons = unquotable(m)
+            if any(d.series == _PHASES and d.point == _phase_point(p) for d in self.disagreements):
+                reasons.append("slower than a phase doing more work")
+            why.append(f"{_phase_point(p)} ({'; '.join(reasons)})")
+        if not why:
+            return None
+        return "latency marked ~ is no figure to quote: " + ", ".join(why)
 
     def _bound_caption(self) -> str | None:
         """What the ``bound_*`` columns are against: the datasheet variant, named."""

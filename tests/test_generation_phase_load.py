@@ -1,0 +1,69 @@
+"""A phase's time read on a loaded machine is marked rough by the rule a single profile() marks
+a loaded end to end by (``unquotable``): the summary called every TTFT/TPOT of a loaded run
+no figure to quote while ``phase_table()`` held ``latency_rough`` False on every phase. The
+load is made up (``MachineShare`` patched, as tests/test_machine_load.py does), never made."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from modelprof import profile_generation
+from modelprof.runtime.env import MachineShare
+from modelprof.timing.measurement import LOADED_COMPETING_CORES
+
+transformers = pytest.importorskip("transformers")
+
+
+def _tiny_llama():
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_a_phase_timed_on_a_loaded_machine_is_rough_and_the_caption_says_why(monkeypatch):
+    # every window reads 1.5 cores' worth of other work, over LOADED_COMPETING_CORES = 0.25
+    other = 1.5
+    assert other > LOADED_COMPETING_CORES
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: other))
+    monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+    table = r.phase_table()
+    # prefill (the first new token) and new_tokens - 1 = 1 decode step, at context 4 = the
+    # prompt: 2 phases, each read under the same 1.5 cores of other work, so loaded and rough
+    assert len(table) == 2
+    assert table["latency_rough"].tolist() == [True, True]
+    for p in r.phases():
+        assert p.report.latency.competing_cores == other  # the share read into the phase
+        assert p.report.latency.loaded
+    # each phase's per-layer rows are rough with it (phase_frame)
+    frame = r.phase_frame(r.prefill())
+    assert frame["latency_rough"].sum() == frame["latency_ms"].notna().sum() > 0
+    # the caption names each rough phase with why
+    assert "prefill at batch 1 (the machine was loaded" in table.attrs["modelprof_caption"]
+    # and the summary's timing notes count them among the figures no quote rests on
+    notes = r.timing_notes
+    assert any(n.startswith("prefill at batch 1, median") for n in notes)
+
+
+def test_a_phase_on_an_idle_machine_is_not_marked_by_the_load(monkeypatch):
+    # 0 cores of other work: below LOADED_COMPETING_CORES = 0.25, not loaded
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: 0.0))
+    monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+    for p in r.phases():
+        assert p.report.latency.competing_cores == 0.0
+        assert not p.report.latency.loaded
