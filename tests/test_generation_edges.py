@@ -131,6 +131,15 @@ def test_a_slope_whose_interval_reaches_zero_is_not_measurable():
     assert noisy.ci_low < 0 < noisy.ci_high and not noisy.measurable
     assert np.isnan(noisy.measured_ms_per_token)
     assert noisy.describe().startswith("not measurable (interval ")
+    # a tight interval wholly below zero is a measured slope, said as negative, not as
+    # "not measurable": 1 - 0.03 L ms steps (the summary's -0.0305 to -0.026 ms per token)
+    falling = fit_slope(contexts, 1.0 - 0.03 * contexts + np.array([0, 1e-4, -1e-4, 0, 1e-4]))
+    # the residuals' 1e-4 ms against a slope of 0.03 ms per token: the interval stays within
+    # 1 % of -0.03, wholly below zero
+    assert falling.ci_high < 0 and not falling.measurable
+    assert np.isnan(falling.measured_ms_per_token)
+    assert falling.describe().startswith("negative (interval -0.03")
+    assert falling.describe().endswith("the load moved the runs), no figure to quote")
     clean = fit_slope(contexts, 1.0 + 0.05 * contexts + np.array([0, 1e-4, -1e-4, 0, 1e-4]))
     assert clean.measurable and clean.measured_ms_per_token == pytest.approx(0.05, rel=1e-2)
     assert clean.describe().startswith("0.05 ms per token (")

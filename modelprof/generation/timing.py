@@ -66,9 +66,18 @@ class Slope:
         return self.ms_per_token if self.measurable else float("nan")
 
     def describe(self) -> str:
-        """``0.05 ms per token (0.04-0.06)``, or ``not measurable (interval -0.3 to 0.5 ms)``."""
+        """``0.05 ms per token (0.04-0.06)``; ``not measurable (interval -0.3 to 0.5 ms ...)``
+        where the interval holds zero; ``negative (...)`` where it lies wholly below zero: a
+        measured slope, but a step does not get faster with context (the load moved the runs),
+        so no figure to quote."""
+        interval = f"interval {self.ci_low:.3g} to {self.ci_high:.3g} ms per token"
+        if self.ci_high < 0:
+            return (
+                f"negative ({interval}: faster with context, the load moved the runs), "
+                "no figure to quote"
+            )
         if not self.measurable:
-            return f"not measurable (interval {self.ci_low:.3g} to {self.ci_high:.3g} ms per token)"
+            return f"not measurable ({interval})"
         return f"{self.ms_per_token:.3g} ms per token ({self.ci_low:.3g}-{self.ci_high:.3g})"
 
     def to_dict(self) -> dict[str, Any]:
