@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from modelprof import profile_generation
+from modelprof.errors import LoadedMachineWarning
 from modelprof.runtime.env import MachineShare
 from modelprof.timing.measurement import LOADED_COMPETING_CORES
 
@@ -67,3 +68,45 @@ def test_a_phase_on_an_idle_machine_is_not_marked_by_the_load(monkeypatch):
     for p in r.phases():
         assert p.report.latency.competing_cores == 0.0
         assert not p.report.latency.loaded
+
+
+def _loaded(monkeypatch, other):
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: other))
+    monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
+
+
+@pytest.mark.parametrize(
+    ("threads", "advice"),
+    [
+        # 1 thread: none fewer to ask for, so only a quieter machine (never "--threads 1")
+        (1, None),
+        # 2 threads less 1.5 cores of other work leave floor(0.5) = 0, so 1 (the least):
+        # profile()'s rule (Measurement.threads_hint) names it
+        (2, "torch.set_num_threads(1): other work took 1.50 of the cores its 2 threads need"),
+    ],
+)
+def test_a_loaded_generations_advice_names_fewer_threads_than_it_ran_on(
+    monkeypatch, threads, advice
+):
+    _loaded(monkeypatch, 1.5)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+    finally:
+        torch.set_num_threads(before)
+    loaded = [str(w.message) for w in rec if issubclass(w.category, LoadedMachineWarning)]
+    # TTFT and TPOT at least were read under the 1.5 cores of other work and warned of
+    assert len(loaded) >= 2
+    said = loaded + r.timing_notes
+    assert not any("for k cores left idle" in t for t in said)  # no literal k: the count read
+    assert not any(f"set_num_threads({threads})" in t for t in said)  # never the one in use
+    assert not any("--threads 1" in t for t in said)
+    if advice is None:
+        assert not any("set_num_threads" in t for t in said)
+        assert all("time again on a quieter machine" in t for t in loaded)
+    else:
+        # (a warning whose CPU work holds says to quote it instead; the notes always advise)
+        assert any(advice in n for n in r.timing_notes)

@@ -639,7 +639,8 @@ def _unquotable_note(label: str, m: Any) -> str:
     runs."""
     if m.loaded:
         why = f"read on a loaded machine ({m.load_reason})"
-        fix = "on a quieter machine, with --threads 1 / torch.set_num_threads(1)"
+        hint = m.threads_hint()  # by profile()'s rule: never the count already in use
+        fix = "on a quieter machine" + (f", or with {hint}" if hint else "")
     else:
         why = f"rests on too few runs ({m.short_reason})"
         fix = "with a larger repeat= or budget_s="

@@ -273,6 +273,8 @@ def timing_from(
     """The Measurements of what ``run`` recorded over ``sampled``'s blocks, taken by ``runner``
     (labelled with its model's name)."""
     common, name, opts, batch = runner.fields(sampled), runner.label, runner.opts, runner.batch_size
+    # the threads the generations ran on: the loaded-machine advice names fewer (threads_hint)
+    common["env"] = {**common.get("env", {}), "torch_num_threads": torch.get_num_threads()}
     e2e = Measurement(
         sampled.samples_ms, label=f"{name} generation", **common, **run.cpu_fields("end_to_end")
     )

@@ -522,7 +522,8 @@ class Measurement:
                 "threads', which load stretches too (they spin while one of them waits for a "
                 "core); "
             )
-        return text + f"time again on a quieter machine, or with {self._threads_hint()}"
+        hint = self.threads_hint()
+        return text + "time again on a quieter machine" + (f", or with {hint}" if hint else "")
 
     def _waited_text(self) -> str:
         """Why the wall is a wait and not load, in words (``waited``)."""
@@ -540,17 +541,20 @@ class Measurement:
             "a device)"
         )
 
-    def _threads_hint(self) -> str:
+    def threads_hint(self) -> str:
         """``torch.set_num_threads(k)`` with k the cores the other work left to torch's threads
         (their count less ``competing_cores``, at least 1: one thread's CPU work is not
-        stretched by waiting), where both were read and k is fewer than they are."""
+        stretched by waiting), where both were read and k is fewer than they are; "" where k
+        is not fewer (never the count in use: at 1 thread there is none fewer to ask for); a
+        generic ``k`` where the count or the other work was not read."""
         threads, other = self.env.get("torch_num_threads"), self.competing_cores
-        generic = "torch.set_num_threads(k) for k cores left idle"
+        if isinstance(threads, int) and threads <= 1:  # no fewer threads to ask for
+            return ""
         if not isinstance(threads, int) or other is None or not math.isfinite(other):
-            return generic
+            return "torch.set_num_threads(k) for k cores left idle"
         k = max(1, math.floor(threads - other))
         if k >= threads:  # no fewer threads to ask for
-            return generic
+            return ""
         return (
             f"torch.set_num_threads({k}): other work took {other:.2f} of the cores its "
             f"{threads} threads need"
