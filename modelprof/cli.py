@@ -1382,12 +1382,30 @@ def _one_line_warnings(stream: TextIO) -> Iterator[None]:
     library's file and line."""
 
     def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
-        text = str(message).removeprefix(f"{PROG}: ")  # said once
+        text = cli_words(str(message).removeprefix(f"{PROG}: "))  # said once
         print(f"{PROG}: warning: {text} ({category.__name__})", file=stream)
 
     with warnings.catch_warnings():  # puts showwarning back on exit
         warnings.showwarning = show
         yield
+
+
+#: a warning's Python keywords as the command line says them: its flag where it has one, else
+#: named as the Python API's (the CLI has no flag for the sampling caps)
+_CLI_WORDS = (
+    (re.compile(r"torch\.set_num_threads\((\w+)\)"), r"--threads \1"),
+    (re.compile(r"\bprogress=True\b"), "--progress"),
+    (re.compile(r"\b((?:layer|floor)_extend_s)= caps it"), r"the Python API's \1= caps it"),
+)
+
+
+def cli_words(text: str) -> str:
+    """``text`` (a library warning) with each Python keyword it advises said as the command
+    line's flag (``torch.set_num_threads(2)``: ``--threads 2``; ``progress=True``:
+    ``--progress``), or, where the command line has none, as the Python API's."""
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def _threads_arg(text: str) -> int:

@@ -682,6 +682,28 @@ def test_all_ranks_lets_a_non_zero_rank_speak(
     assert "MODELPROF_ALL_RANKS" not in os.environ
 
 
+def test_a_library_warning_names_the_command_lines_flags_not_python_keywords() -> None:
+    import io
+
+    from modelprof.cli import _one_line_warnings, cli_words
+    from modelprof.timing.measurement import Measurement
+    from modelprof.timing.runner import _notice
+
+    # 4 threads less 1.5 cores of other work leave floor(2.5) = 2 (Measurement.threads_hint)
+    loaded = Measurement([5.0, 5.1, 5.2], competing_cores=1.5, env={"torch_num_threads": 4})
+    stream = io.StringIO()
+    with _one_line_warnings(stream):
+        # the notice of a per-layer floor going 6 s past the budget, as profile() says it
+        _notice("per-layer Net", 1, 10, 6.0, "layer_extend_s")
+        loaded.warn_if_noisy()
+    said = stream.getvalue()
+    assert "(the Python API's layer_extend_s= caps it; --progress with tqdm shows a bar)" in said
+    assert "or with --threads 2: other work took 1.50 of the cores its 4 threads need" in said
+    assert "progress=True" not in said and "set_num_threads" not in said
+    # and the floor's own cap, said alike
+    assert cli_words("floor_extend_s= caps it") == "the Python API's floor_extend_s= caps it"
+
+
 def test_a_library_warning_is_said_with_one_modelprof_prefix() -> None:
     import io
     import warnings
