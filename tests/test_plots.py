@@ -398,6 +398,25 @@ def test_the_decode_growth_plot_draws_a_fit_only_where_growth_was_measured():
     assert any(label.startswith("fit: 0.05 ms per token") for label in with_data)
 
 
+def test_a_torchvision_model_has_one_name_in_summary_caption_and_figure_files(
+    tmp_path: Path,
+) -> None:
+    import torchvision
+
+    from modelprof import profile
+
+    # one model, three names: the summary said "ResNet on input", the caption "resnet18, input"
+    # and export("png", folder) wrote ResNet_flops.png where the CLI writes resnet18_flops.png.
+    # resnet18's 11,689,512 parameters are its builder's published count: the caption's name
+    r = profile(torchvision.models.resnet18(), (3, 64, 64), timing=False)
+    assert r.model_name == "ResNet" and r.totals["params"] == 11_689_512
+    assert r.summary().splitlines()[0].startswith("resnet18 on input ")
+    assert r.export("markdown").startswith("**resnet18, input 1x3x64x64, ")  # the caption
+    written = r.export("png", tmp_path)  # a folder: the model's name in it
+    assert [p.name for p in written] == ["resnet18_flops.png"]  # untimed: the cost figure alone
+    assert r.display_name == "resnet18"
+
+
 @pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 @pytest.mark.filterwarnings("ignore::modelprof.errors.TimingDisagreementWarning")
 def test_report_export_png_writes_the_figures_the_cli_does(tmp_path: Path) -> None:

@@ -611,7 +611,7 @@ class Report(Exports):
             )
         stem = Path(path)
         if stem.is_dir() or str(path).endswith(("/", os.sep)):
-            stem = stem / (re.sub(r"[^\w.+-]+", "_", self.model_name).strip("_") or "model")
+            stem = stem / (re.sub(r"[^\w.+-]+", "_", self.display_name).strip("_") or "model")
         elif stem.suffix.lower() == ".png":
             stem = stem.with_suffix("")
         written = []
@@ -785,10 +785,17 @@ class Report(Exports):
             reason = "; ".join(r for r in (reason, f"backward times: {why}") if r)
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
 
+    @property
+    def display_name(self) -> str:
+        """The model as the caption, the summary and the figures' files name it: a torchvision
+        architecture's builder (``resnet18``, by its class and parameter count), else
+        ``model_name`` (the class, or the name given)."""
+        params = int(self.totals.get("params") or 0)
+        return _torchvision_name(self.model_name, params) or self.model_name
+
     def _head(self) -> str:
         """The caption's first sentence: the model and its run."""
-        params = int(self.totals.get("params") or 0)
-        model = _torchvision_name(self.model_name, params) or self.model_name
+        model = self.display_name
         return (
             f"{model}, input {self.input_shape}, {self._dtype_words()} on "
             f"{self.env.get('device_name', self.device)}"
@@ -848,7 +855,7 @@ class Report(Exports):
     def summary(self) -> str:
         t = self.totals
         lines = [
-            f"{self.model_name} on input {self.input_shape} ({self._dtype_words()}, "
+            f"{self.display_name} on input {self.input_shape} ({self._dtype_words()}, "
             f"{self.device}, batch {self.batch_size})",
             f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
             f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B",
