@@ -244,19 +244,20 @@ class GenerationReport(Exports):
         return shown(pd.DataFrame(rows), caption=". ".join(caption) or None)
 
     def _phases_rough(self, phases: list[Phase]) -> str | None:
-        """The caption's line on the phases marked ``~``, each with why; None when none is."""
-        why = []
+        """The caption's line on the phases marked ``~``, grouped by why; None when none is."""
+        why: dict[str, list[str]] = {}  # reasons -> the phases they mark, in order
         for p in phases:
-            m = p.report.latency
-            if m is None or not self._rough(_PHASES, _phase_point(p)):
+            m, point = p.report.latency, _phase_point(p)
+            if m is None or not self._rough(_PHASES, point):
                 continue
             reasons = unquotable(m)
-            if any(d.series == _PHASES and d.point == _phase_point(p) for d in self.disagreements):
+            if any(d.series == _PHASES and d.point == point for d in self.disagreements):
                 reasons.append("slower than a phase doing more work")
-            why.append(f"{_phase_point(p)} ({'; '.join(reasons)})")
+            why.setdefault("; ".join(reasons), []).append(point)
         if not why:
             return None
-        return "latency marked ~ is no figure to quote: " + ", ".join(why)
+        groups = "; ".join(f"{r}: {', '.join(points)}" for r, points in why.items())
+        return f"latency marked ~ is no figure to quote ({groups})"
 
     def _bound_caption(self) -> str | None:
         """What the ``bound_*`` columns are against: the datasheet variant, named."""
