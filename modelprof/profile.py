@@ -186,11 +186,18 @@ def profile(
             timed, meta_notes, contention_note(model, mi.device) if spec.timing else None
         )
         run, timed = _run_info(model, mi, spec, timed, roofline)
-        facts = memory_facts(
-            model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype
-        )
+        facts = _memory_facts(model, mi, spec, static, step_cost)
         counts = Counts(static.unsupported, static.by_op, static.model_params, facts, static.caught)
         return Report(rows, run, counts, timed, training_step)
+
+
+def _memory_facts(model: nn.Module, mi: ModelInputs, spec: _Spec, static: Any, step_cost: Any):
+    """The report's memory facts; with a training step, what each record saved (the saved row
+    leaves out the model's inputs, as the activations do)."""
+    saved = None if step_cost is None else step_cost.saved_bytes
+    return memory_facts(
+        model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype, saved=saved
+    )
 
 
 def _timed_passes(

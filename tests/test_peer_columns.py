@@ -92,3 +92,16 @@ def test_memory_estimate_of_a_profiled_training_step() -> None:
     assert adam.memory_estimate().loc["optimizer state", "training_step"] == 72
     saved = adam.memory_estimate().loc["saved for backward"]
     assert saved["training_step"] == adam.totals["saved_bytes"] and "measured" in saved["how"]
+
+
+def test_memory_estimate_counts_a_saved_input_once() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    r = profile(model, inputs=torch.randn(4, 16), backward=True, timing=False)
+    est = r.memory_estimate()
+    # float32: the first Linear saves x, 4*16*4 = 256 B (the inputs row's), ReLU its output
+    # and the second Linear its input, 4*32*4 = 512 B each (one tensor, saved once): 768 B
+    # in all, of which 768 - 256 = 512 B beyond the inputs
+    assert int(r.totals["saved_bytes"]) == 4 * 16 * 4 + 4 * 32 * 4 == 768
+    assert est.loc["inputs", "training_step"] == 4 * 16 * 4  # 256
+    assert est.loc["saved for backward", "training_step"] == 4 * 32 * 4  # 512

@@ -55,8 +55,9 @@ def test_fsdp2_memory_estimate_is_this_ranks_shard():
     assert _step(est, "parameters") == _step(est, "gradients") == RANK_PARAMS * 4 == 4_198_400
     # Adam's m and v of the shards, 2 * 4,198,400, and a 4-byte step per tensor: 16 * 4 B
     assert _step(est, "optimizer state") == 2 * 4_198_400 + 16 * 4 == 8_396_864
-    # the 8 layers' inputs, 8 * 65,536 B (no gathered weight: 29,884,416 B before)
-    assert _step(est, "saved for backward") == 8 * LAYER_INPUT == 524_288
+    # the 8 layers' inputs, 8 * 65,536 B (no gathered weight: 29,884,416 B before), less the
+    # first's, the model's input (its own row): 7 * 65,536 B
+    assert _step(est, "saved for backward") == 7 * LAYER_INPUT == 458_752
 
 
 def test_fsdp2_saves_each_layers_input_not_its_gathered_weight(plain):

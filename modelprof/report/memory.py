@@ -8,8 +8,8 @@ the true peak. A training step adds the
 gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
 tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
 for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
-backward: measured with ``backward=True``, else every leaf call's output (torchinfo's
-convention).
+backward: measured with ``backward=True`` (beyond the model's inputs, which that reader saved:
+the inputs row holds them), else every leaf call's output (torchinfo's convention).
 """
 
 from __future__ import annotations
@@ -45,21 +45,31 @@ class MemoryFacts:
     #: the largest working set without the model's inputs (a leaf that reads them: the inputs
     #: row has them); what the estimate adds to the inputs
     working_set_beyond_inputs_bytes: int = 0
+    #: of the bytes saved for the backward, the model's inputs' (the inputs reader saved them:
+    #: the inputs row has them); what the estimate leaves out of its saved row
+    saved_inputs_bytes: int = 0
     #: the trainable parameters' shapes, each tensor once: what per-tensor state is sized by
     trainable_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 def memory_facts(
-    model: nn.Module, input_bytes: int, records: Sequence[Any], dtype: torch.dtype | None
+    model: nn.Module,
+    input_bytes: int,
+    records: Sequence[Any],
+    dtype: torch.dtype | None,
+    saved: Sequence[int] | None = None,
 ) -> MemoryFacts:
     """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own);
     the parameters include the packed weights of quantized layers, at their stored size. Of a
-    sharded model, the tensors as the view counts them: this rank's shards, or the whole."""
+    sharded model, the tensors as the view counts them: this rank's shards, or the whole.
+    ``saved``: the bytes each record saved for the backward (``backward=True``), in order."""
     params = list(model.parameters())
     trainable = [held(p) for p in params if p.requires_grad]
     params = [held(p) for p in params]
     leaves = [r for r in records if not r.children]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
+    first = _inputs_reader(records, leaves)
+    saved_by = dict(zip(map(id, records), saved or ()))
     return MemoryFacts(
         param_bytes=tensor_bytes(params, dtype) + packed,
         trainable_param_bytes=tensor_bytes(trainable, dtype),
@@ -67,25 +77,32 @@ def memory_facts(
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),
-        working_set_beyond_inputs_bytes=_beyond_inputs(records, leaves, int(input_bytes)),
+        working_set_beyond_inputs_bytes=max(
+            [
+                r.input_bytes + r.output_bytes - _held(r, first, r.input_bytes, input_bytes)
+                for r in leaves
+            ],
+            default=0,
+        ),
+        saved_inputs_bytes=_held(first, first, saved_by.get(id(first), 0), input_bytes),
         trainable_shapes=tuple(tuple(p.shape) for p in trainable),
     )
 
 
-def _beyond_inputs(records: Sequence[Any], leaves: Sequence[Any], input_bytes: int) -> int:
-    """The largest leaf working set (inputs + outputs), the model's inputs left out of the
-    first leaf call fed tensors of their shapes (the first layer, or the model itself when it
-    is one leaf): those bytes are the inputs row's, and counting them twice overstated the
-    bound. Later calls of those shapes (a stack of same-shape layers) read other tensors while
-    the caller still holds the inputs: theirs count whole."""
+def _inputs_reader(records: Sequence[Any], leaves: Sequence[Any]) -> Any:
+    """The leaf taken to read the model's inputs: the first leaf call fed tensors of their
+    shapes (the first layer, or the model itself when it is one leaf); None without one. Its
+    inputs (in its working set, or saved for the backward) are the inputs row's, and counting
+    them twice overstated the bound. Later calls of those shapes (a stack of same-shape layers)
+    read other tensors while the caller still holds the inputs: theirs count whole."""
     root = next((r for r in records if r.parent is None), None)
-    first = next((r for r in leaves if root and r.input_shapes == root.input_shapes), None)
+    return next((r for r in leaves if root and r.input_shapes == root.input_shapes), None)
 
-    def beyond(r: Any) -> int:
-        held = min(r.input_bytes, input_bytes) if r is first else 0
-        return r.input_bytes + r.output_bytes - held
 
-    return max(map(beyond, leaves), default=0)
+def _held(r: Any, first: Any, nbytes: int, input_bytes: int) -> int:
+    """Of ``nbytes`` that leaf ``r`` read or saved, the model's inputs' (the inputs row's):
+    up to ``input_bytes`` when ``r`` is the inputs' reader, else none."""
+    return min(nbytes, input_bytes) if first is not None and r is first else 0
 
 
 def estimate_memory(
@@ -99,7 +116,10 @@ def estimate_memory(
     ``how`` (where each number comes from), a ``total`` row last."""
     optimizer_states = check_int("optimizer_states", optimizer_states, 0)
     saved, saved_how = (
-        (saved_bytes, "measured: tensors autograd saved (backward=True)")
+        (
+            saved_bytes - facts.saved_inputs_bytes,
+            "measured: tensors autograd saved (backward=True) beyond the model's inputs",
+        )
         if saved_bytes is not None
         else (facts.leaf_output_bytes, "estimated: every leaf call's output")
     )
