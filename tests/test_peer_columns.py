@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from modelprof import profile
+from modelprof.errors import ModelProfError
 
 
 def _half_frozen() -> nn.Module:
@@ -105,3 +106,20 @@ def test_memory_estimate_counts_a_saved_input_once() -> None:
     assert int(r.totals["saved_bytes"]) == 4 * 16 * 4 + 4 * 32 * 4 == 768
     assert est.loc["inputs", "training_step"] == 4 * 16 * 4  # 256
     assert est.loc["saved for backward", "training_step"] == 4 * 32 * 4  # 512
+
+
+def test_memory_estimate_refuses_optimizer_states_beside_a_profiled_optimizer() -> None:
+    model = _half_frozen()
+    r = profile(model, (4,), timing=False, backward=True, optimizer="adamw")
+    # AdamW's m and v of the 8 trainable elements, 2 * 8 * 4 = 64 B, and a 4-byte step for
+    # each of its 2 trainable tensors: 64 + 8 = 72 B, the profiled optimizer's own
+    assert r.memory_estimate().loc["optimizer state", "training_step"] == 2 * 8 * 4 + 2 * 4
+    with pytest.raises(ModelProfError, match=r"optimizer_states=1 .*AdamW"):
+        r.memory_estimate(optimizer_states=1)  # was ignored: 72 B still
+    # without a profiled optimizer it sizes the assumed state: 1 * 32 B, no step
+    assert (
+        profile(model, (4,), timing=False)
+        .memory_estimate(optimizer_states=1)
+        .loc["optimizer state", "training_step"]
+        == 1 * 8 * 4
+    )

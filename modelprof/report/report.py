@@ -328,22 +328,30 @@ class Report(Exports):
             ).astype({"inexact_calls": "int64"})
         )
 
-    def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
+    def memory_estimate(self, optimizer_states: int | None = None) -> pd.DataFrame:
         """Estimated memory in bytes for inference and for a training step, per component
         (:mod:`modelprof.report.memory`). ``optimizer_states``: state tensors per trainable
-        parameter when the profile ran no optimizer (2 for Adam, 1 for SGD with momentum, 0 for
-        plain SGD)."""
+        parameter when the profile ran no optimizer (2 for Adam, the default; 1 for SGD with
+        momentum, 0 for plain SGD); with a profiled optimizer its own state is used, and
+        passing one is an error."""
         if self.memory is None:
             raise ModelProfError("this report carries no memory facts (made by profile())")
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
+        state = None if opt is None else opt.state_bytes
+        if state is not None and optimizer_states is not None:
+            raise ModelProfError(
+                f"optimizer_states={optimizer_states!r} is for a profile that ran no optimizer; "
+                f"this one profiled {opt.name}, whose state ({state:,} B) the estimate uses: "
+                "profile with another optimizer= to estimate its state"
+            )
         return shown(
             estimate_memory(
                 self.memory,
                 saved_bytes=saved,
-                optimizer_states=optimizer_states,
-                optimizer_state_bytes=None if opt is None else opt.state_bytes,
+                optimizer_states=2 if optimizer_states is None else optimizer_states,
+                optimizer_state_bytes=state,
             ),
             units={"inference": "_bytes", "training_step": "_bytes"},
         )
