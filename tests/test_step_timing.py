@@ -222,7 +222,24 @@ def test_optimizer_timed_as_its_own_row():
     # and so is its CPU time (read phase by phase beside the wall clock, on the CPU)
     np.testing.assert_allclose(timing.step.cpu_ms, sum(m.cpu_ms for m in parts))
     assert timing.backward.cpu_clock == timing.step.cpu_clock is not None
-    assert report.to_dataframe()["backward_latency_pct"].notna().all()
+    # every row but the optimizer's ran a backward and has its time and share; the optimizer
+    # has none: missing (NaN, printed -), as its latency share, never rough (was 0 ms, 0 %)
+    others = df.drop(index="(optimizer)")
+    assert others["backward_latency_pct"].notna().all()
+    assert others["backward_latency_ms"].notna().all()
+    optimizer = df.loc["(optimizer)"]
+    assert np.isnan(optimizer["backward_latency_ms"]) and np.isnan(optimizer["latency_pct"])
+    assert np.isnan(optimizer["backward_latency_pct"])
+    assert not optimizer["backward_latency_rough"]
+    # the grouped sums skip it: its group's backward latency is missing, the others' sum is
+    # the leaves' (sum(min_count=1)), and the utilization's step time stays a number
+    grouped = report.by_layer_type()
+    assert np.isnan(grouped.loc["optimizer", "backward_latency_ms"])
+    leaves = df[df["leaf"]].drop(index="(optimizer)")
+    assert grouped["backward_latency_ms"].sum() == pytest.approx(
+        leaves["backward_latency_ms"].sum()
+    )
+    assert np.isfinite(report.utilization(peak="H100 SXM").rows["time_ms"]).all()
 
 
 def test_amp_step_is_timed_under_autocast():

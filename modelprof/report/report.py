@@ -233,10 +233,8 @@ class Report(Exports):
             df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
         backward = self.backward_agreement
         if backward is not None and "backward_latency_ms" in df.columns:
-            # (the optimizer's row adds no backward time: its 0 is exact, never rough)
-            timed = df["backward_latency_ms"].notna() & np.array(
-                [r.kind != "optimizer" for r in self.rows]
-            )
+            # (the optimizer's row has no backward: its NaN is never rough)
+            timed = df["backward_latency_ms"].notna()
             # (as the forward's: two regimes, a torch.compile'd model's, make no row rough)
             df["backward_latency_rough"] = timed & (
                 not backward.agree and not backward.between_regimes

@@ -373,7 +373,8 @@ def utilization(
     inclusive = _inclusive([r.depth for r in rows], [r.leaf for r in rows], own)
     step = report.training_step is not None
     forward_ms = np.array([r.latency_ms for r in rows], dtype=float)
-    time_ms = forward_ms + np.array([r.backward_latency_ms if step else 0.0 for r in rows])
+    backward_ms = [r.backward_latency_ms if step and r.kind != "optimizer" else 0.0 for r in rows]
+    time_ms = forward_ms + np.array(backward_ms)  # the optimizer's row: no backward (NaN)
     columns: dict[str, Any] = {
         "module": [r.module for r in rows],
         "call": [r.call for r in rows],

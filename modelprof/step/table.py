@@ -15,7 +15,8 @@ subtree, a ``(self)`` row holds what the parent's own autograd nodes did):
                                     stamps): the leaf rows' shares need not add up to 100 %
 
 Two leaf rows after the model's: ``(loss)`` (the loss function; its backward and the seed
-gradient) and ``(optimizer)`` (the step, per ``formulas/optim.py``; backward 0), so
+gradient) and ``(optimizer)`` (the step, per ``formulas/optim.py``; backward MACs and FLOPs
+0, no backward latency: NaN, as its latency share), so
 ``totals["flops"] + totals["backward_flops"]`` is the whole training step.
 """
 
@@ -228,12 +229,6 @@ def _optimizer_row(cost: StepCost, timing: Any) -> dict[str, Any]:
         backward_flops=0,
         saved_bytes=0,
     )
-    if timing is not None and timing.optimizer is not None:
-        row.update(
-            latency_ms=timing.optimizer.median_ms,
-            latency_std_ms=timing.optimizer.std_ms,
-            backward_latency_ms=0.0,
-            backward_latency_std_ms=0.0,
-            backward_latency_pct=0.0,
-        )
+    if timing is not None and timing.optimizer is not None:  # no backward: its columns NaN
+        row.update(latency_ms=timing.optimizer.median_ms, latency_std_ms=timing.optimizer.std_ms)
     return row
