@@ -132,6 +132,17 @@ def test_repr_is_readable():
     assert "n=9" in text and "stop=precision" in text and "net" in text
 
 
+def test_repr_gives_a_lopsided_intervals_two_sides():
+    # 9 samples, one block: the median's 95 % interval is the 2nd..8th order statistics
+    # (median_ci_ranks(9)). 1..9: median 5, [2, 8], symmetric: half-width 3 / 5 = ±60 %
+    assert "95% CI 2.000 ms..8.000 ms, ±60.00%)" in repr(Measurement(ONE_TO_NINE))
+    # a loaded run's tail: median 5, [2, 105]; 3 / 5 = 60 % below, 100 / 5 = 2000 % above,
+    # not the half-width (105 - 2) / 2 / 5 = ±1030 %, which fits neither side
+    lopsided = Measurement([1.0, 2.0, 4.0, 4.5, 5.0, 5.5, 6.0, 105.0, 200.0])
+    assert lopsided.relative_ci == pytest.approx((105 - 2) / 2 / 5)
+    assert "95% CI 2.000 ms..105.000 ms, -60.00%/+2000.00%)" in repr(lopsided)
+
+
 def test_empty_samples_rejected():
     with pytest.raises(ValueError):
         Measurement([])

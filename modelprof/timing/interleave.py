@@ -165,7 +165,7 @@ class LatencyComparison:
             ratio, lo, hi = self.ratios[name]
             ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
             lines.append(
-                f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
+                f"  {name:<24} {format_ms(m.median_ms):>11} {m.relative_ci_text(1)}   "
                 f"x{ratio:.3f}{ci}"
                 + ("  UNSTABLE" if m.stable is False else "")
                 + ("  ROUGH" if "latency_x" in rough[name] else "")

@@ -77,6 +77,9 @@ NOISY_IQR_FRACTION = 0.10
 NOISY_CV = 0.25
 #: Above this relative interval (±50 %) a trend cannot be judged against it: ``stable`` is None.
 JUDGE_MAX_RELATIVE_CI = 0.5
+#: An interval one of whose sides (below, above the median) is this many times the other is
+#: printed as its two sides (``-4.44%/+2178.91%``), not as a half-width that fits neither.
+LOPSIDED_CI = 1.5
 #: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
 LOADED_WALL_OVER_CPU = 1.15
 #: ... or when other work took at least this many cores' worth of the cores the run needed.
@@ -360,6 +363,22 @@ class Measurement:
         if not self.has_interval:
             return math.nan
         return self.ci_half_width_ms / self.median_ms if self.median_ms > 0 else float("inf")
+
+    def relative_ci_text(self, digits: int = 2) -> str:
+        """The interval's width over the median as printed: ``±1.00%`` (:attr:`relative_ci`), or
+        where one side is over ``LOPSIDED_CI`` times the other (a loaded run's interval, cut to
+        the samples' range) its two sides, ``-4.44%/+2178.91%``; ``n/a`` without one."""
+        if not self.has_interval:
+            return "n/a"
+        lo, hi = self.median_ci_ms
+        if self.median_ms > 0:
+            below, above = (
+                (self.median_ms - lo) / self.median_ms,
+                (hi - self.median_ms) / self.median_ms,
+            )
+            if max(below, above) > LOPSIDED_CI * min(below, above):
+                return f"-{below:.{digits}%}/+{above:.{digits}%}"
+        return f"±{self.relative_ci:.{digits}%}"
 
     @functools.cached_property
     def cpu(self) -> Measurement | None:
@@ -645,7 +664,7 @@ class Measurement:
             f"batch {self.batch_size})"
         )
         ci = (
-            f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}"
+            f"95% CI {format_ms(lo)}..{format_ms(hi)}, {self.relative_ci_text()}"
             if self.has_interval
             else "95% CI n/a"
         )
