@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, nearest_keywords
 from modelprof.render.formats import get_format, needs_package, table_formats
 
 __all__ = [
@@ -840,8 +840,9 @@ def _columns_arg(text: str | None) -> Any:
         return None if names == ["compact"] else "all"
     unknown = [c for c in names if registry.column(c) is None]
     if unknown or not names:
+        near = nearest_keywords(unknown, registry.names(), mark="")
         raise ModelProfError(
-            f"--columns {text!r}: unknown column(s) {unknown}; names as in the CSV's header "
+            f"--columns {text!r}: unknown column(s) {unknown}{near}; names as in the CSV's header "
             "(module,params,macs,latency_ms,...), all or compact"
         )
     return names

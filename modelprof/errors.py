@@ -38,11 +38,12 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def nearest_keywords(unknown: Sequence[str], names: Sequence[str]) -> str:
+def nearest_keywords(unknown: Sequence[str], names: Sequence[str], mark: str = "=") -> str:
     """`` (devce=: did you mean device=?)`` for each of ``unknown`` near one of ``names``: how
-    every refusal of a misspelt keyword names the one meant."""
+    every refusal of a misspelt keyword names the one meant; ``mark=""`` for names that are
+    no keywords (a column: `` (mac: did you mean macs?)``)."""
     near = [(k, difflib.get_close_matches(k, names, n=1, cutoff=0.75)) for k in unknown]
-    return "".join(f" ({k}=: did you mean {n[0]}=?)" for k, n in near if n)
+    return "".join(f" ({k}{mark}: did you mean {n[0]}{mark}?)" for k, n in near if n)
 
 
 def keywords_named(fn: _F) -> _F:

@@ -125,6 +125,11 @@ def test_columns_choose_the_printed_and_human_tables_columns(
     assert main(["profile", str(tmp_path / "absent.py:f"), "--columns", "module,nope"]) == 2
     err = capsys.readouterr().err
     assert "--columns 'module,nope': unknown column(s) ['nope']" in err and "absent" not in err
+    # a near miss names the column meant: difflib's ratio of mac to macs, 2 * 3 / 7 = 0.86, is
+    # over its 0.75 cutoff; nope is near none
+    assert main(["profile", str(tmp_path / "absent.py:f"), "--columns", "module,mac"]) == 2
+    assert "unknown column(s) ['mac'] (mac: did you mean macs?)" in capsys.readouterr().err
+    assert "did you mean" not in err
 
 
 def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:

@@ -104,7 +104,8 @@ def test_priority_names_columns_the_table_has() -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
     report = profile(model, (8,), timing=False)  # no latency_ms, which the defaults name
     assert report.to_latex().startswith("% modelprof table")
-    with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['flopz'\]"):
+    # flopz is near flops (difflib's ratio 2 * 4 / 10 = 0.8, over its 0.75 cutoff)
+    with pytest.raises(ModelProfError, match=r"\['flopz'\] \(flopz: did you mean flops\?\)"):
         report.to_latex(priority=["flopz"])
     # only LaTeX reads priority: one view shared by every format is checked there alone
     shared = ViewOptions(priority=["flopz"])

@@ -463,3 +463,18 @@ def test_sorting_an_untimed_table_by_a_time_says_to_time_it() -> None:
     with pytest.raises(ModelProfError) as info:  # a column no run has: no such hint
         untimed.to_text(sort_by="nonsense")
     assert "timing=True" not in str(info.value)
+    assert "did you mean" not in str(info.value)  # near no column
+
+
+def test_a_misspelt_column_names_the_one_meant() -> None:
+    from torch import nn
+
+    from modelprof import profile
+
+    r = profile(nn.Linear(4, 4), (4,), timing=False)
+    # difflib's ratio of flop to flops, 2 * 4 / 9 = 0.89, and of mac to macs, 2 * 3 / 7 = 0.86,
+    # are over its 0.75 cutoff: each names the column meant
+    with pytest.raises(ModelProfError, match=r"\['flop'\] \(flop: did you mean flops\?\)"):
+        r.to_text(sort_by="flop", top_k=3)
+    with pytest.raises(ModelProfError, match=r"\['mac'\] \(mac: did you mean macs\?\)"):
+        r.to_text(columns=["module", "mac"])

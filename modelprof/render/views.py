@@ -24,7 +24,7 @@ import pandas as pd
 
 import modelprof.columns as registry
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.errors import ModelProfError, check_flag
+from modelprof.errors import ModelProfError, check_flag, nearest_keywords
 from modelprof.render.options import UNITS, ViewOptions, check_count
 from modelprof.render.units import (
     IEC_PREFIXES,
@@ -155,9 +155,9 @@ def require_columns(df: Any, columns: Sequence[str], what: str, hint: str = "") 
         raise ModelProfError(f"{what} expects a pandas DataFrame, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ModelProfError(
-            f"{what} needs column(s) {missing}{hint}; the table has {list(map(str, df.columns))}"
-        )
+        has = list(map(str, df.columns))
+        near = nearest_keywords(list(map(str, missing)), has, mark="")
+        raise ModelProfError(f"{what} needs column(s) {missing}{near}{hint}; the table has {has}")
 
 
 #: the names modelprof's own ``priority`` defaults give (:func:`default_priority`)
@@ -180,7 +180,8 @@ def check_priority(df: pd.DataFrame, priority: Sequence[str]) -> None:
     shown = [str(c) for c in with_index(df.iloc[:0]).columns] if unknown else []
     unknown = [c for c in unknown if c not in shown]
     if unknown:
-        raise ModelProfError(f"priority: unknown column(s) {unknown}; available: {shown}")
+        near = nearest_keywords(list(map(str, unknown)), shown, mark="")
+        raise ModelProfError(f"priority: unknown column(s) {unknown}{near}; available: {shown}")
 
 
 def _default_sort_column(df: pd.DataFrame) -> str:
@@ -265,9 +266,9 @@ def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.
     wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
     if unknown:
-        raise ModelProfError(
-            f"unknown column(s) {unknown}; available: {list(map(str, df.columns))}"
-        )
+        has = list(map(str, df.columns))
+        near = nearest_keywords(list(map(str, unknown)), has, mark="")
+        raise ModelProfError(f"unknown column(s) {unknown}{near}; available: {has}")
     if len(set(wanted)) != len(wanted):
         dupes = sorted({c for c in wanted if wanted.count(c) > 1})
         raise ModelProfError(f"column(s) {dupes} asked for more than once")
