@@ -258,11 +258,12 @@ _group(
 )
 _group(
     "compare",
-    ("fps", "FPS", "float", {"rough": True}),  # 1 / the latency median: rough with it
+    # 1 / the latency median: rough with it; printed as a count (181.88 K), as samples/s
+    ("fps", "FPS", "count", {"rough": True, "dtype": "float64"}),
     # (a throughput point's: over the same runs as its latency, rough where that is)
     ("samples_per_s", "samples/s", "count", {"rough": True, "dtype": "float64"}),
     ("batch_size", "batch size", "int"),
-    ("throughput_samples_per_s", "throughput (samples/s)", "float"),
+    ("throughput_samples_per_s", "throughput (samples/s)", "count", {"dtype": "float64"}),
     ("throughput_batch_size", "throughput batch", "int"),
     # its best point loaded or slower than a bigger batch; a ratio with such a side
     ("throughput_samples_per_s_rough", "throughput rough", "bool"),

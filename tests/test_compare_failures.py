@@ -327,3 +327,24 @@ def test_a_throughput_search_refusing_the_callers_options_is_an_error_not_a_nan(
     # before: every model fails, and the comparison says so
     with pytest.raises(ModelProfError, match=r"every model failed: .*meta"):
         compare([nn.Linear(4, 4)], (4,), device="meta", timing=False, throughput=True)
+
+
+def test_the_rates_print_as_counts_like_samples_per_s() -> None:
+    import pandas as pd
+
+    from modelprof.render.comparison import export_comparison
+
+    # 1000 / 5.498 us = 181,884.32 FPS and 1000 / 1.3964 us = 716,127.18 (as compare() makes
+    # them, 1000 / latency_median_ms); printed as samples/s is, SI prefix and 2 decimals:
+    # 181884.32 / 1e3 = 181.88 K, 716127.18 / 1e3 = 716.13 K, 2240.5 / 1e3 = 2.24 K
+    fps = [1000.0 / 0.005498, 1000.0 / 0.0013964]
+    df = pd.DataFrame(
+        {"fps": fps, "throughput_samples_per_s": [2240.5, 2240.5], "samples_per_s": fps},
+        index=pd.Index(["a", "b"], name="model"),
+    )
+    df.attrs.update(baseline="a", ranked_by="latency")
+    for fmt in ("text", "markdown"):
+        out = export_comparison(df, fmt, columns=["model", *df.columns])
+        a, b = (line.replace("|", " ").split() for line in out.splitlines()[-2:])
+        assert a[1:] == ["181.88", "K", "2.24", "K", "181.88", "K"], out  # was 181884.32
+        assert b[1:] == ["716.13", "K", "2.24", "K", "716.13", "K"], out
