@@ -260,3 +260,22 @@ def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
     assert third_party <= given, (
         f"imported by the README, not installed by {first}: {sorted(third_party - given)}"
     )
+
+
+def test_the_readme_imports_what_its_recipes_call() -> None:
+    """The training-throughput recipe's step_measure and StepSpec are imported in a Python
+    block (they live in modelprof.step.throughput and modelprof.step.spec, not modelprof.step,
+    which a reader guessed), and every name the blocks import from modelprof is there."""
+    import ast
+    import importlib
+
+    imported: dict[str, str] = {}
+    for lang, body in _blocks():
+        if lang != "python":
+            continue
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("modelprof"):
+                imported |= {a.name: node.module for a in node.names}
+    assert {"step_measure", "StepSpec"} <= imported.keys(), sorted(imported)
+    for name, module in imported.items():
+        assert hasattr(importlib.import_module(module), name), f"from {module} import {name}"
