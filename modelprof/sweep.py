@@ -60,8 +60,10 @@ def sweep(
     counted totals (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``; in
     backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
     a row has none), the latency columns (and ``threads``) of timed configurations
-    (``latency_rough``: above a bigger batch size's of the same model, dtype, mode, device,
-    options and input, beyond both intervals; ``latency_loaded``: other work on the machine
+    (``latency_rough``: no figure to quote, where its report marks its end-to-end median ``~``
+    (``latency_unquotable`` says why: a loaded machine, too few runs, the clean runs slowed) or
+    above a bigger batch size's of the same model, dtype, mode, device, options and input,
+    beyond both intervals; ``latency_loaded``: other work on the machine
     stretched it, and then ``cpu_work_median_ms``, the CPU work its warning says to quote
     where it does, NaN otherwise), ``options``, ``warnings`` (what ``profile()`` warned), and
     ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``.
@@ -135,8 +137,11 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     if report.latency is not None:
         row["threads"] = report.env.get("torch_num_threads")
         row.update(_latency("latency", report.latency))
+        # why the report marks its end-to-end median ~ (no figure to quote), "" where it is one
+        row["latency_unquotable"] = report._end_to_end_rough() or ""
     if report.backward_latency is not None:
         row.update(_latency("backward_latency", report.backward_latency))
+        row["backward_latency_unquotable"] = report._backward_rough() or ""
         phases = report.training_step.timing.phases()  # the whole step, and its optimizer's
         for name in ("optimizer", "step"):
             if name in phases:

@@ -669,3 +669,43 @@ def test_a_sweeps_lines_come_from_every_rank_only_where_rank_0_shows_no_bar(
         assert ctx.progress is (terminal and rank == "0")
         lines = ctx.step_lines(lambda *step: "x", every_rank=True)
         assert (lines is None) is terminal
+
+
+def test_a_row_its_report_will_not_quote_is_rough_and_says_why() -> None:
+    # a trial's timed sweep: the batch-4 backward row read 15.8 ms, loaded, its own warning
+    # saying to quote the (root) row, while latency_rough was False (only the neighbour check
+    # set it). A row whose report marks its end-to-end median ~ is rough, the reason beside it;
+    # one that is a figure to quote ("") is not, and a frame saved before the column, neither
+    from modelprof.distributed.sweep import _mark_neighbours
+
+    def row(batch: int, ms: float, why: str) -> dict:
+        return {
+            "model": "m.py:build", "batch_size": batch, "dtype": "float32", "mode": "forward",
+            "device": "cpu", "latency_median_ms": ms, "latency_ci_low_ms": 0.99 * ms,
+            "latency_ci_high_ms": 1.01 * ms, "latency_n": 10, "latency_unquotable": why,
+        }  # fmt: skip
+
+    # 1 ms at batch 1 and 2 ms at batch 2: no neighbour above a bigger batch's
+    frame = pd.DataFrame([row(1, 1.0, ""), row(2, 2.0, "the machine was loaded")])
+    _mark_neighbours(frame, "latency")
+    assert frame["latency_rough"].tolist() == [False, True]
+    old = frame.drop(columns=["latency_unquotable", "latency_rough"])
+    _mark_neighbours(old, "latency")
+    assert not old["latency_rough"].any()
+
+
+def test_measure_config_records_why_a_median_is_no_figure_to_quote(monkeypatch) -> None:
+    # the row's reason is its report's own (the end-to-end row's ~ in every export), "" for
+    # a figure to quote: here the report is made to say it, whatever the machine did
+    import modelprof.report.report as report_module
+    from modelprof.distributed.sweep_config import SweepConfig
+    from modelprof.sweep import measure_config
+
+    options = (("repeat", 3), ("roofline", False), ("warmup", 1), ("warn", False))
+    config = SweepConfig(
+        "torchvision:resnet18", timing=True, input_size=(3, 32, 32), options=options
+    )
+    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: "too few runs")
+    assert measure_config(config, "cpu")["latency_unquotable"] == "too few runs"
+    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: None)
+    assert measure_config(config, "cpu")["latency_unquotable"] == ""

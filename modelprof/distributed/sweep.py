@@ -267,14 +267,16 @@ def _input_columns(config: SweepConfig) -> dict[str, Any]:
 
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
-    """``{prefix}_rough``: a timed row above a bigger batch size's of the same model, dtype,
-    mode, device, options and input (size or tokens), beyond both intervals; warned once,
-    noted in ``attrs["notes"]``."""
+    """``{prefix}_rough``: a timed row whose report said its median is no figure to quote
+    (``{prefix}_unquotable``, a reason), or above a bigger batch size's of the same model,
+    dtype, mode, device, options and input (size or tokens), beyond both intervals (warned
+    once, noted in ``attrs["notes"]``)."""
     median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
     # rows saved before latency_n was recorded (a resumed sweep) have no count: 0
     n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index)).fillna(0)
     timed = median.notna()
-    frame[f"{prefix}_rough"] = False
+    why = frame.get(f"{prefix}_unquotable", pd.Series("", index=frame.index))
+    frame[f"{prefix}_rough"] = timed & why.fillna("").astype(str).ne("")
     given = ("model", "dtype", "mode", "device", "options", "input_size", "tokens")
     keys = [c for c in given if c in frame.columns]
     for group, rows in frame[timed].groupby(keys, dropna=False, sort=False):
