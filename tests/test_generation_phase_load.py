@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from helpers import tiny_llama
 
 from modelprof import profile_generation
 from modelprof.errors import LoadedMachineWarning
@@ -16,19 +17,6 @@ from modelprof.runtime.env import MachineShare
 from modelprof.timing.measurement import LOADED_COMPETING_CORES
 
 transformers = pytest.importorskip("transformers")
-
-
-def _tiny_llama():
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 def test_a_phase_timed_on_a_loaded_machine_is_rough_and_the_caption_says_why(monkeypatch):
@@ -39,7 +27,7 @@ def test_a_phase_timed_on_a_loaded_machine_is_rough_and_the_caption_says_why(mon
     monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+        r = profile_generation(tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
     table = r.phase_table()
     # prefill (the first new token) and new_tokens - 1 = 1 decode step, at context 4 = the
     # prompt: 2 phases, each read under the same 1.5 cores of other work, so loaded and rough
@@ -66,7 +54,7 @@ def test_a_phase_on_an_idle_machine_is_not_marked_by_the_load(monkeypatch):
     monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+        r = profile_generation(tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
     for p in r.phases():
         assert p.report.latency.competing_cores == 0.0
         assert not p.report.latency.loaded
@@ -96,7 +84,7 @@ def test_a_loaded_generations_advice_names_fewer_threads_than_it_ran_on(
     try:
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            r = profile_generation(_tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
+            r = profile_generation(tiny_llama(), prompt_len=4, new_tokens=2, budget_s=0.05)
     finally:
         torch.set_num_threads(before)
     # every figure was read under the 1.5 cores of other work: its warning says so (as a
