@@ -38,7 +38,7 @@ from modelprof.timing.interleave import (
     tied_ranks,
     unranked_note,
 )
-from modelprof.timing.measurement import Measurement
+from modelprof.timing.measurement import Measurement, unquotable
 from modelprof.timing.options import TimingOptions, check_option_names, keyword_names
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR
@@ -354,13 +354,7 @@ _FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "end to end"}
 
 def _unquotable(t: Any) -> dict[str, str | None]:
     """Why each of a model's measured TTFT, TPOT and end to end is no figure to quote, as a
-    report's summary flags them (``ttft_rough``...): read on a loaded machine, or from too few
-    runs; None where it is one."""
-    out: dict[str, str | None] = {}
-    for kind in _FIGURE_NAMES:
-        m = getattr(t, kind)
-        if m is not None:
-            why = ["the machine was loaded"] if m.loaded else []
-            why += [f"too few runs, n={m.n}"] if m.undersampled else []
-            out[kind] = "; ".join(why) or None
-    return out
+    report's summary flags them (``ttft_rough``...: :func:`unquotable`, read on a loaded machine
+    or from too few runs); None where it is one."""
+    measured = {kind: getattr(t, kind) for kind in _FIGURE_NAMES}
+    return {k: "; ".join(unquotable(m)) or None for k, m in measured.items() if m is not None}
