@@ -398,8 +398,7 @@ class Report(Exports):
         """The leaf rows summed per module class, with the columns of :meth:`by_layer_type`
         (index ``type``). A ``(self)`` row carries its parent's class; :meth:`by_layer_type`
         types it by what it does instead."""
-        leaves = [r for r in self.rows if r.leaf]
-        return self._by_leaf_group([r.type for r in leaves], "type")
+        return self._by_leaf_group(operator.attrgetter("type"), "type")
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -412,20 +411,20 @@ class Report(Exports):
         ``backward_flops`` and, timed, ``backward_latency_ms`` too. With per-layer times, their
         rough flags (``latency_rough``, ``backward_latency_rough``): a sum with a rough row in it
         is rough. Index: ``layer_type``; sorted by FLOPs, largest first."""
-        leaves = [r for r in self.rows if r.leaf]
-        kinds = [
-            r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
-            for r in leaves
-        ]
+
+        def kind(r: Row) -> str:
+            return r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
+
         # ties (layers without FLOPs) in LAYER_TYPES order
-        return self._by_leaf_group(kinds, "layer_type", order=LAYER_TYPES.index)
+        return self._by_leaf_group(kind, "layer_type", order=LAYER_TYPES.index)
 
     def _by_leaf_group(
-        self, keys: list[str], name: str, order: Callable[[str], int] | None = None
+        self, key: Callable[[Row], str], name: str, order: Callable[[str], int] | None = None
     ) -> pd.DataFrame:
-        """The leaf rows summed by ``keys`` (one per leaf row, in order) into an index called
-        ``name``, most FLOPs first (ties by ``order`` of the key, else first seen)."""
+        """The leaf rows summed by ``key`` of each into an index called ``name``, most FLOPs
+        first (ties by ``order`` of the key, else first seen)."""
         leaves = [r for r in self.rows if r.leaf]
+        keys = [key(r) for r in leaves]
         data: dict[str, Any] = {name: keys, "calls": [1] * len(leaves)}
         for c in COUNTED:
             data[c] = [int(getattr(r, c)) for r in leaves]
