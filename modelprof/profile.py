@@ -23,7 +23,7 @@ from modelprof.errors import (
     warn_user,
 )
 from modelprof.render.views import ROUGH_MARK
-from modelprof.report.memory import memory_facts
+from modelprof.report.memory import MemoryFacts, memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.compiled import compiled_words, eager_view
@@ -191,7 +191,9 @@ def profile(
         return Report(rows, run, counts, timed, training_step)
 
 
-def _memory_facts(model: nn.Module, mi: ModelInputs, spec: _Spec, static: Any, step_cost: Any):
+def _memory_facts(
+    model: nn.Module, mi: ModelInputs, spec: _Spec, static: Any, step_cost: Any
+) -> MemoryFacts:
     """The report's memory facts; with a training step, what each record saved (the saved row
     leaves out the model's inputs, as the activations do)."""
     saved = None if step_cost is None else step_cost.saved_bytes
@@ -519,16 +521,14 @@ def _time(
         spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
         regimes = _regimes(clean, spec.opts, flat=clean is not model)
         # the (root) row's median: the per-layer figure the check may say to quote
-        root = [
-            c.get("latency_ms") for r, c in zip(rows, columns) if r.module == "" and r.depth == 0
-        ]
+        root = next((c for r, c in zip(rows, columns) if r.module == "" and r.depth == 0), {})
         agreement = judge_agreement(
             latency,
             layers.corrected,
             leaf_sum,
             regimes=regimes,
             identical=spread,
-            root_ms=root[0] if root else None,
+            root_ms=root.get("latency_ms"),
         )
         _say_disagreement(agreement, notes, warn=spec.opts.warn)
     timed = TimingResult(

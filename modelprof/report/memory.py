@@ -68,8 +68,12 @@ def memory_facts(
     params = [held(p) for p in params]
     leaves = [r for r in records if not r.children]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
-    first = _inputs_reader(records, leaves)
-    saved_by = dict(zip(map(id, records), saved or ()))
+    at = _inputs_reader(records)
+    first = None if at is None else records[at]
+
+    def inputs_part(r: Any, nbytes: int) -> int:  # of what r read or saved, the inputs row's
+        return min(nbytes, input_bytes) if r is first else 0
+
     return MemoryFacts(
         param_bytes=tensor_bytes(params, dtype) + packed,
         trainable_param_bytes=tensor_bytes(trainable, dtype),
@@ -78,31 +82,25 @@ def memory_facts(
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),
         working_set_beyond_inputs_bytes=max(
-            [
-                r.input_bytes + r.output_bytes - _held(r, first, r.input_bytes, input_bytes)
-                for r in leaves
-            ],
+            (r.input_bytes + r.output_bytes - inputs_part(r, r.input_bytes) for r in leaves),
             default=0,
         ),
-        saved_inputs_bytes=_held(first, first, saved_by.get(id(first), 0), input_bytes),
+        saved_inputs_bytes=min(saved[at], input_bytes) if at is not None and saved else 0,
         trainable_shapes=tuple(tuple(p.shape) for p in trainable),
     )
 
 
-def _inputs_reader(records: Sequence[Any], leaves: Sequence[Any]) -> Any:
-    """The leaf taken to read the model's inputs: the first leaf call fed tensors of their
-    shapes (the first layer, or the model itself when it is one leaf); None without one. Its
-    inputs (in its working set, or saved for the backward) are the inputs row's, and counting
-    them twice overstated the bound. Later calls of those shapes (a stack of same-shape layers)
+def _inputs_reader(records: Sequence[Any]) -> int | None:
+    """The index of the leaf taken to read the model's inputs: the first leaf call fed tensors
+    of their shapes (the first layer, or the model itself when it is one leaf); None without
+    one. Its inputs (in its working set, or saved for the backward) are the inputs row's, and
+    counting them twice overstated the bound. Later calls of those shapes (a stack of same-shape layers)
     read other tensors while the caller still holds the inputs: theirs count whole."""
     root = next((r for r in records if r.parent is None), None)
-    return next((r for r in leaves if root and r.input_shapes == root.input_shapes), None)
-
-
-def _held(r: Any, first: Any, nbytes: int, input_bytes: int) -> int:
-    """Of ``nbytes`` that leaf ``r`` read or saved, the model's inputs' (the inputs row's):
-    up to ``input_bytes`` when ``r`` is the inputs' reader, else none."""
-    return min(nbytes, input_bytes) if first is not None and r is first else 0
+    if root is None:
+        return None
+    reads = (i for i, r in enumerate(records) if not r.children)
+    return next((i for i in reads if records[i].input_shapes == root.input_shapes), None)
 
 
 def estimate_memory(
