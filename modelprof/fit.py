@@ -59,6 +59,7 @@ from modelprof.generation.specs import lm_auto_class
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
+from modelprof.render.html import html_notebook
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
@@ -207,6 +208,11 @@ class FitReport(Exports):
 
     def __repr__(self) -> str:
         return str(self.to_text())
+
+    def _repr_html_(self) -> str:
+        """The notebook display: the head line and the notes, then the table."""
+        table = self.export("html", standalone=False, caption=None)
+        return html_notebook([self._head(), *self._notes()], str(table))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming, fit_slope, stable_flags
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
+from modelprof.render.html import html_notebook
 from modelprof.render.markdown import prose
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
@@ -607,6 +608,10 @@ class GenerationReport(Exports):
         lines.extend(f"  note: {note}" for note in self.conventions)
         lines.extend(f"  !! {note}" for note in self.timing_notes)
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """The notebook display: the printed summary, then the phase table."""
+        return html_notebook(repr(self).splitlines(), self.phase_table()._repr_html_())
 
     @property
     def conventions(self) -> list[str]:

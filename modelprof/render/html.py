@@ -3,7 +3,8 @@
 :func:`html_table` gives a ``<div>`` with a scoped ``<style>`` and a ``<table>``: numbers
 right-aligned in tabular figures, module names indented by depth, a bar behind each percentage
 cell, footer rows in ``<tfoot>``; it scrolls sideways, and vertically only with ``max_height``.
-:func:`html_page` wraps fragments in a complete document. Every cell and header is escaped.
+:func:`html_page` wraps fragments in a complete document, :func:`html_notebook` puts a result's
+text lines above them (what a notebook shows). Every cell, header and line is escaped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough
 
-__all__ = ["to_html", "html_page", "html_table"]
+__all__ = ["to_html", "html_notebook", "html_page", "html_table"]
 
 _BAR_KINDS = frozenset({"percent", "ratio"})
 _BAR_COLOUR = "rgba(66, 133, 244, 0.30)"
@@ -130,6 +131,13 @@ def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
         parts.append('<p class="modelprof-summary">' + "<br>\n".join(lines) + "</p>")
     parts.append(body.rstrip("\n"))
     return _PAGE.format(title=html.escape(title), body="\n".join(parts))
+
+
+def html_notebook(lines: Iterable[str], *tables: str) -> str:
+    """What a notebook shows of a result (its ``_repr_html_``): its text ``lines`` (escaped
+    here) as a paragraph, then ``tables``, fragments of :func:`html_table`."""
+    text = "<br>".join(html.escape(line) for line in lines)
+    return f"<div><p>{text}</p>" + "".join(tables) + "</div>"
 
 
 def _layout(table: Table, view: ViewOptions, to_file: bool) -> str:

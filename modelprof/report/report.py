@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html
 import itertools
 import math
 import operator
@@ -32,6 +31,7 @@ from modelprof.errors import (
 from modelprof.render._output import emit
 from modelprof.render.csvio import read_csv
 from modelprof.render.formats import Exports, get_format, is_figure_format
+from modelprof.render.html import html_notebook
 from modelprof.render.jsonio import read_json
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
@@ -1008,9 +1008,8 @@ class Report(Exports):
 
     def _repr_html_(self) -> str:
         """The notebook display: the summary and the compact table, every row shown."""
-        summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
         table = self.export("html", standalone=False)
-        return f"<div><p>{summary}</p>" + str(table) + "</div>"
+        return html_notebook(self.summary().splitlines(), str(table))
 
 
 def loaded_probe_note(peaks: Any, used: Any) -> str:

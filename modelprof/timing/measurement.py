@@ -49,6 +49,7 @@ from modelprof.errors import (
     NoisyMeasurementWarning,
     warn_user,
 )
+from modelprof.render.html import html_notebook
 from modelprof.timing.stats import (
     between_block_ci,
     block_medians,
@@ -710,6 +711,10 @@ class Measurement:
                 + (" (MOVED)" if self.clock_moved else "")
             )
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """The notebook display: the lines it prints."""
+        return html_notebook(repr(self).splitlines())
 
 
 def load_stretch(competing_cores: float | None) -> float:
