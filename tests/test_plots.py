@@ -137,8 +137,8 @@ def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap(
     labels = [t for t in ax.texts if t.get_text()]  # the numbers next to the points
     key = [t.get_text() for t in fig.legends[1].get_texts()]
     # slowest first: conv1 0.3 ms, layer1.0 0.2 ms
-    assert fig.legends[1].get_title().get_text() == "slowest layers"
-    assert key[:2] == ["1  conv1 (300 µs)", "2  layer1.0 (200 µs)"]
+    assert fig.legends[1].get_title().get_text() == "slowest layers (#1 slowest)"
+    assert key[:2] == ["#1  conv1 (300 µs)", "#2  layer1.0 (200 µs)"]
     boxes = [t.get_window_extent(renderer) for t in labels]
     boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
     # both legends sit outside the axes and inside the figure: nothing covers a point or is cut
@@ -150,6 +150,26 @@ def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap(
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
             assert not _overlaps(boxes[i], boxes[j]), (i, j)
+
+
+def test_roofline_labels_of_an_nn_sequential_are_no_module_names() -> None:
+    # a trial read the point labelled 1 as the Sequential's module "1"; it was the slowest layer
+    from torch import nn
+
+    from modelprof import profile
+
+    model = nn.Sequential(*(nn.Linear(32, 32) if i % 2 == 0 else nn.ReLU() for i in range(7)))
+    report = profile(model, (32,), repeat=5, warmup=1, roofline=PEAKS, warn=False)
+    fig = report.plot_roofline(annotate=7)
+    names = set(report.to_dataframe()["module"])
+    assert {str(i) for i in range(7)} <= names  # the modules are named 0..6
+    labels = [p for t in fig.axes[0].texts for p in t.get_text().split(",")]
+    key = [t.get_text() for t in fig.legends[1].get_texts()]
+    assert not names & set(labels)  # no label reads as a module's name
+    # one label a numbered point, #1 (the slowest) to #k, k the key's lines, which name them
+    numbered = sorted(labels, key=lambda p: int(p.removeprefix("#")))
+    assert numbered == [f"#{i}" for i in range(1, len(key) + 1)]
+    assert [line.split()[0] for line in key] == numbered
 
 
 def test_plot_roofline_draws_the_roofs_the_rows_are_judged_against() -> None:

@@ -205,9 +205,10 @@ def plot_roofline(
 ) -> Figure:
     """Log-log roofline of ``df`` (the modelprof view): one roof per memory level and each
     timed layer at (intensity, achieved FLOP/s), coloured like the roof it is judged against.
-    The ``annotate`` slowest layers are numbered and named in a key beside the plot. The roofs
-    drawn are those the rows are judged against (``observed_peaks``); a disturbed probe is
-    named under the heading and detailed in a caption (``peak_words``)."""
+    The ``annotate`` slowest layers are numbered ``#1`` (the slowest) on and named in a key
+    beside the plot. The roofs drawn are those the rows are judged against
+    (``observed_peaks``); a disturbed probe is named under the heading and detailed in a
+    caption (``peak_words``)."""
     require_columns(
         df,
         ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
@@ -310,15 +311,16 @@ def _draw_layers(
 
 
 def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
-    """Number the ``annotate`` slowest layers on the plot; their key lines (a rough time
-    marked ``~``, as the tables mark it)."""
+    """Number the ``annotate`` slowest layers on the plot from ``#1``, the slowest (a bare
+    ``1`` read as the module of that name in an ``nn.Sequential``); their key lines (a rough
+    time marked ``~``, as the tables mark it)."""
     slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
     gflops = slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9
     groups = _group_close(slowest["intensity"].to_numpy(dtype=float), gflops)
     for members in groups:
         first = members[0]
         ax.annotate(
-            ",".join(str(m + 1) for m in members),
+            ",".join(f"#{m + 1}" for m in members),
             (slowest["intensity"].iloc[first], gflops[first]),
             fontsize=7,
             xytext=(4, 4),
@@ -328,7 +330,7 @@ def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
         )
     rough = rough_cells(slowest, "latency_ms")
     return [
-        f"{i + 1}  {label} ({ROUGH_MARK if r else ''}{format_time_ms(ms)})"
+        f"#{i + 1}  {label} ({ROUGH_MARK if r else ''}{format_time_ms(ms)})"
         for i, (label, ms, r) in enumerate(
             zip(module_labels(slowest["module"], slowest.get("call")), slowest["latency_ms"], rough)
         )
@@ -354,7 +356,7 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
             loc="outside right lower",
             handlelength=0,
             handletextpad=0,
-            title="slowest layers",
+            title="slowest layers (#1 slowest)",
             title_fontsize=8,
             prop={"family": "monospace", "size": 7.5},
         )
