@@ -50,7 +50,7 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
-from modelprof.timing.measurement import load_note
+from modelprof.timing.measurement import load_note, quieter_machine
 from modelprof.timing.options import (
     OPTION_NAMES,
     TimingOptions,
@@ -740,8 +740,7 @@ def _backward_load(backwards: list[Any], attrs: dict[str, Any]) -> None:
     else:
         attrs["notes"].append(
             f"{moved}backward_latency_x moved with the load, and so does the CPU work of "
-            "several threads; time again on a quieter machine, or with torch.set_num_threads(1) "
-            "for a backward_cpu_work_x that waiting for a core does not stretch"
+            f"several threads; {quieter_machine(backwards)}"
         )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fake_clock import hit_and_spared, install
+from fake_clock import VirtualSpin, hit_and_spared, install
 from helpers import Fn
 
 from modelprof import compare, measure_latencies, measure_latency
@@ -506,7 +506,10 @@ def test_the_ranking_note_gives_advice_that_fits_the_run():
     two = dataclasses.replace(several, env={"torch_num_threads": 2})
     (note,) = loaded_latency_notes([two])
     assert "so does the CPU work of several threads" in note
-    assert note.endswith("or with torch.set_num_threads(1) for a ranking by CPU work")
+    # Measurement.threads_hint's rule: 2 threads less 1.03 cores of other work leave 1
+    assert note.endswith(
+        "or with torch.set_num_threads(1): other work took 1.03 of the cores its 2 threads need"
+    )
     (note,) = loaded_latency_notes([one])  # already one thread: nothing fewer to ask for
     assert "so does the CPU work of several threads" in note
     assert "set_num_threads" not in note and note.endswith("time again on a quieter machine")
@@ -522,3 +525,43 @@ def test_the_ranking_note_gives_advice_that_fits_the_run():
     (note,) = loaded_latency_notes([waited])
     assert "the CPU work is no figure either (the timed thread waited on other work)" in note
     assert "several threads" not in note and "set_num_threads" not in note
+
+
+def test_a_loaded_training_comparison_on_one_thread_advises_no_thread_count(
+    monkeypatch, one_thread
+):
+    # a compare(backward=True) at torch.set_num_threads(1) beside 1.03 cores of other work, the
+    # calling thread doing half of each spin's CPU time (another thread the rest): its CPU work
+    # does not hold, so the notes say time again; never with the one thread already in use
+    # (before, the training steps' note advised torch.set_num_threads(1) whatever the run used)
+    clock = install(monkeypatch)
+    clock.thread_share = 0.5
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: 1.03))
+    monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
+
+    class SpunBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            clock.advance(1.0)
+            return grad
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear, self.spin = torch.nn.Linear(4, 4), VirtualSpin(clock, 1.0)
+
+        def forward(self, x):
+            return self.spin(SpunBackward.apply(self.linear(x)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = compare({"a": Model(), "b": Model()}, (4,), backward=True, repeat=12, warmup=1)
+    loaded = [n for n in df.attrs["notes"] if "on a loaded machine" in n]
+    assert any(n.startswith("the training steps ran on a loaded machine") for n in loaded)
+    assert any(n.startswith("ranked by latency on a loaded machine") for n in loaded)
+    for note in loaded:
+        assert "set_num_threads" not in note and note.endswith("time again on a quieter machine")

@@ -34,7 +34,7 @@ from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 from modelprof.runtime.env import jsonable
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
-from modelprof.timing.measurement import unquotable
+from modelprof.timing.measurement import quieter_machine, unquotable
 
 __all__ = ["GenerationReport"]
 
@@ -645,15 +645,11 @@ def _unquotable_note(label: str, m: Any) -> str:
     runs."""
     if m.loaded:
         why = f"read on a loaded machine ({m.load_reason})"
-        hint = m.threads_hint()  # by profile()'s rule: never the count already in use
-        fix = "on a quieter machine" + (f", or with {hint}" if hint else "")
+        fix = quieter_machine([m])  # by profile()'s rule: never the thread count in use
     else:
         why = f"rests on too few runs ({m.short_reason})"
-        fix = "with a larger repeat= or budget_s="
-    return (
-        f"{label}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); "
-        f"time again {fix}"
-    )
+        fix = "time again with a larger repeat= or budget_s="
+    return f"{label}, median {m.median_ms:,.3f} ms, {why}: no figure to quote (marked ~); {fix}"
 
 
 def _neighbours(

@@ -25,7 +25,7 @@ from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.runtime.exported import runnable
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.latency import TimedCall, given_back, no_inputs_hint, resolve_call
-from modelprof.timing.measurement import Measurement, format_ms, load_note
+from modelprof.timing.measurement import Measurement, format_ms, load_note, quieter_machine
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import sample_interleaved
 from modelprof.timing.stats import paired_block_medians, ratio_of_medians
@@ -342,11 +342,9 @@ def loaded_latency_notes(measurements: Iterable[Measurement]) -> list[str]:
         cpu = "and the CPU work is no figure either (the timed thread waited on other work)"
     else:
         cpu = "and no CPU work was read to rank by"
-    fewer = any(m.env.get("torch_num_threads", 2) != 1 for m in threads)  # (1: none fewer)
-    return [
+    return [  # fewer threads only for those whose work they run (not a waiting caller's)
         f"ranked by latency on a loaded machine ({load_note(ms)}): the ratios moved with the "
-        f"load, {cpu}, so no figure here is proof against it; time again on a quieter machine"
-        + (", or with torch.set_num_threads(1) for a ranking by CPU work" if fewer else "")
+        f"load, {cpu}, so no figure here is proof against it; {quieter_machine(threads)}"
     ]
 
 

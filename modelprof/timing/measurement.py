@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,7 @@ __all__ = [
     "LOADED_WALL_OVER_CPU",
     "load_stretch",
     "median_ci_ranks",
+    "quieter_machine",
     "unquotable",
 ]
 
@@ -542,8 +544,7 @@ class Measurement:
                 "threads', which load stretches too (they spin while one of them waits for a "
                 "core); "
             )
-        hint = self.threads_hint()
-        return text + "time again on a quieter machine" + (f", or with {hint}" if hint else "")
+        return text + quieter_machine([self])
 
     def _waited_text(self) -> str:
         """Why the wall is a wait and not load, in words (``waited``)."""
@@ -768,6 +769,13 @@ def cores_text(competing_cores: float, margin: float = 0.0) -> str:
     if not margin:
         return f"{competing_cores:.2f}"
     return f"{competing_cores:.2f} (±{margin:.2f} in its ticks)"
+
+
+def quieter_machine(ms: Iterable[Measurement]) -> str:
+    """The advice for a loaded run: time again on a quieter machine, or with the first of
+    ``ms``'s :meth:`Measurement.threads_hint` (none where each already runs as few threads)."""
+    hint = next((h for m in ms if (h := m.threads_hint())), "")
+    return "time again on a quieter machine" + (f", or with {hint}" if hint else "")
 
 
 def load_note(ms: Any) -> str:
