@@ -62,6 +62,7 @@ from modelprof.render.formats import Exports, get_format
 from modelprof.render.html import html_notebook
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_bytes
+from modelprof.render.views import select_columns
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.inputs import (
     forward_parameters,
@@ -158,13 +159,14 @@ class FitReport(Exports):
                     "is to_text's, which takes no view options"
                 )
             return self.to_text(path)
-        frame = self._shown() if fmt.human else self.table
-        frame = frame.rename_axis("component").reset_index()
-        plans = given.columns
+        frame = (self._worded() if fmt.human else self.table).rename_axis("component")
+        frame, plans = frame.reset_index(), given.columns
         if isinstance(plans, str) and plans not in ("all", "compact"):
             plans = (plans,)  # one plan
-        if isinstance(plans, tuple) and "component" not in plans:
-            given = given.replace(columns=("component", *plans))
+        if isinstance(plans, tuple):  # picked by name here: a human table's get a unit below
+            frame = select_columns(frame, plans if "component" in plans else ("component", *plans))
+        if fmt.human:  # its plans in bytes (the rule shows them in IEC units, right-aligned)
+            frame = frame.rename(columns={p: f"{p}_bytes" for p in self.table.columns})
         head = self._head()
         given = given.with_defaults(
             view,
@@ -176,18 +178,23 @@ class FitReport(Exports):
             # every plan kept: a paper's table scales to the width (a longtable, which cannot,
             # is laid out at its own)
             **({"width": None} if given.long else {"fit": "scale"}),
-        )
+            # one unit a column (LaTeX's default) would show 800 B beside 80 GiB as "<0.01"
+        ).replace(columns="all", units="human")
         env = None
         if not fmt.human:
             fields = ("device", "matched_from", "model", "parameters", "gpus", "memory_given")
             env = {k: getattr(self, k) for k in fields} | {"notes": list(self.notes)}
         return fmt.write(frame, None, env=env, path=path, view=given)
 
+    def _worded(self) -> pd.DataFrame:
+        """The table, its ``fits`` row in words (yes/no per plan)."""
+        worded = self.table.astype(object)
+        worded.loc["fits"] = [_VERDICTS[int(f)] for f in self.table.loc["fits"]]
+        return worded
+
     def _shown(self) -> pd.DataFrame:
         """The table in IEC units, yes/no per plan."""
-        shown = self.table.drop(index="fits").map(format_bytes)
-        shown.loc["fits"] = [_VERDICTS[int(f)] for f in self.table.loc["fits"]]
-        return shown
+        return self._worded().map(lambda v: v if isinstance(v, str) else format_bytes(v))
 
     def _notes(self) -> list[str]:
         return [f"note: {n}" for n in self.notes]

@@ -294,6 +294,42 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     assert not (tmp_path / "png_out").exists()  # refused: the --out made for it is removed
 
 
+def test_a_fits_exports_right_align_its_bytes():
+    """A fit's Markdown, HTML and LaTeX left-aligned its bytes (its cells were made strings
+    before the renderer saw them), where every other table right-aligns numbers."""
+    from modelprof.render import read_json
+    from modelprof.render.units import format_bytes
+
+    report = fit(torch.nn.Sequential(torch.nn.Linear(400, 300)), input_size=(400,))
+    plans = list(report.table.columns)
+    md = report.to_markdown().splitlines()
+    rule = next(line for line in md if line.startswith("|:-")).strip("|").split("|")
+    # the component's names left, each plan's bytes right (":" on that side only)
+    assert [(c.startswith(":"), c.endswith(":")) for c in rule] == [(True, False)] + [
+        (False, True)
+    ] * len(plans)
+    fits = next(line for line in md if line.startswith("| fits "))
+    assert [c.strip() for c in fits.strip("|").split("|")] == ["fits", *["yes"] * len(plans)]
+    # bf16 weights: (400 x 300 + 300) x 2 B = 240,600 B = 234.96 KiB, in every plan's column
+    weights = format_bytes(240_600)
+    assert weights == "234.96 KiB" and int(report.table.loc["weights", "ZeRO-1"]) == 240_600
+    html = report.to_html(standalone=False)
+    assert '<td class="l">weights</td>' + f'<td class="r">{weights}</td>' * len(plans) in html
+    assert '<td class="l">fits</td>' + '<td class="r">yes</td>' * len(plans) in html
+    assert "\\begin{tabular}{l" + "r" * len(plans) + "}" in report.to_latex()
+    # plans picked by their names (no unit suffix in them nor in an error)
+    picked = report.to_markdown(columns=["ZeRO-1"], standalone=False).splitlines()
+    assert [c.strip() for c in picked[0].strip("|").split("|")] == ["component", "ZeRO-1"]
+    with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['ZeRO-9'\]") as e:
+        report.to_html(columns=["ZeRO-9"])
+    assert "_bytes" not in str(e.value)
+    # the files keep the bytes and fits as 1/0/-1, read back as stored
+    df, _, env = read_json(report.to_json())
+    pd.testing.assert_frame_equal(
+        df.set_index("component").rename_axis(None), report.table, check_index_type=False
+    )
+
+
 def test_memory_estimate_prints_human_units_and_stays_numeric():
     import modelprof
 

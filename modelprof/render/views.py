@@ -423,7 +423,8 @@ def _float(v: float) -> str:
 
 
 def _human_formatter(kind: str) -> Callable[[Any], str]:
-    return _missing_as(MISSING, _HUMAN[kind])
+    fmt = _HUMAN[kind]  # a word among numbers (a fit's verdict, "yes") is shown as it is
+    return _missing_as(MISSING, lambda v: v if isinstance(v, str) else fmt(v))
 
 
 TINY = "<0.01"
