@@ -101,8 +101,8 @@ class FitReport(Exports):
     ``device``: the datasheet entry taken, with ``matched_from`` the name given (with
     ``memory_given``, the name given as it is, "" for none: the memory is ``memory_bytes``);
     ``model``: the class counted (the module given, or the one built from a config);
-    ``parameters``: its parameter elements (packed and quantized ones included); ``gpus``: the
-    devices a plan uses, ``tp`` x ``ranks``."""
+    ``parameters``: its parameter elements (packed and quantized ones included); ``tp`` and
+    ``ranks``: the tensor- and data-parallel degrees, :attr:`gpus` the devices a plan uses."""
 
     table: pd.DataFrame
     device: str
@@ -110,9 +110,15 @@ class FitReport(Exports):
     notes: tuple[str, ...]
     model: str = ""
     parameters: int = 0
-    gpus: int = 1
+    tp: int = 1
+    ranks: int = 1
     activations: bool = True
     memory_given: bool = False
+
+    @property
+    def gpus(self) -> int:
+        """The devices a plan uses: ``tp`` x ``ranks``."""
+        return self.tp * self.ranks
 
     def fits(self, plan: str) -> bool:
         """Whether ``plan``'s total fits the memory; refused where the activations were not
@@ -182,7 +188,10 @@ class FitReport(Exports):
         ).replace(columns="all", units="human")
         env = None
         if not fmt.human:
-            fields = ("device", "matched_from", "model", "parameters", "gpus", "memory_given")
+            fields = (
+                *("device", "matched_from", "model", "parameters"),
+                *("tp", "ranks", "gpus", "memory_given"),
+            )
             env = {k: getattr(self, k) for k in fields} | {"notes": list(self.notes)}
         return fmt.write(frame, None, env=env, path=path, view=given)
 
@@ -211,7 +220,9 @@ class FitReport(Exports):
             )
         head += f"; model {self.model}" if self.model else ""
         head += f", {_count_text(self.parameters)} parameters" if self.parameters else ""
-        return head + f"; {self.gpus} GPU{'s' if self.gpus > 1 else ''} a plan (tp x ranks)"
+        ranks = f"{self.ranks} rank{'s' if self.ranks > 1 else ''}"
+        gpus = f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+        return head + f"; {gpus} per plan (tp {self.tp} x {ranks})"
 
     def __repr__(self) -> str:
         return str(self.to_text())
@@ -316,9 +327,10 @@ def fit(
         + _way_forward(spec, shapes, counts, table),
         type(model).__name__,
         parameters,
-        spec.tp * spec.ranks,
-        counted,
-        given,
+        tp=spec.tp,
+        ranks=spec.ranks,
+        activations=counted,
+        memory_given=given,
     )
 
 
@@ -682,18 +694,19 @@ def _sized_inputs(spec: _Spec) -> dict[str, Any]:
 
 
 def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
-    return ", ".join("x".join(map(str, s)) for s in shapes)
+    return ", ".join(map(str, shapes))  # (400,), (3, 224, 224)
 
 
 def _fed_text(spec: _Spec, ids: bool) -> str:
     """What the counted forward was fed, in words: ``batch 32 x context 2048`` (token ids),
-    ``batch 32 of 3x224x224`` (``input_size``) or ``batch 32`` (nothing counted: no
+    ``batch 32 of input (3, 224, 224)`` (``input_size``) or ``batch 32`` (nothing counted: no
     context either, which only token ids have)."""
     if ids:
         return f"batch {spec.batch_size} x context {spec.context}"
     if spec.input_size is None:
         return f"batch {spec.batch_size}"
-    return f"batch {spec.batch_size} of {_shapes_text(spec.input_size)}"
+    inputs = "inputs" if len(spec.input_size) > 1 else "input"
+    return f"batch {spec.batch_size} of {inputs} {_shapes_text(spec.input_size)}"
 
 
 #: what a recurrent layer's class or a config's state size is called (Mamba, Mamba2, Jamba,

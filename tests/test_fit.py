@@ -294,9 +294,10 @@ def test_a_fit_exports_like_every_result(tmp_path, capsys):
     assert not (tmp_path / "png_out").exists()  # refused: the --out made for it is removed
 
 
-def test_a_fits_exports_right_align_its_bytes():
+def test_a_fits_exports_right_align_its_bytes_and_say_its_plan_in_words():
     """A fit's Markdown, HTML and LaTeX left-aligned its bytes (its cells were made strings
-    before the renderer saw them), where every other table right-aligns numbers."""
+    before the renderer saw them), where every other table right-aligns numbers; its head read
+    `1 GPU a plan (tp x ranks)` and its note `batch 1 of 400`."""
     from modelprof.render import read_json
     from modelprof.render.units import format_bytes
 
@@ -328,6 +329,9 @@ def test_a_fits_exports_right_align_its_bytes():
     pd.testing.assert_frame_equal(
         df.set_index("component").rename_axis(None), report.table, check_index_type=False
     )
+    assert (env["tp"], env["ranks"], env["gpus"]) == (1, 1, 1)
+    assert report.to_text().splitlines()[0].endswith("; 1 GPU per plan (tp 1 x 1 rank)")
+    assert "torch.bfloat16, batch 1 of input (400,);" in report.notes[0]
 
 
 def test_memory_estimate_prints_human_units_and_stays_numeric():
@@ -420,7 +424,7 @@ def test_a_plain_module_given_an_input_size_counts_its_activations():
     assert t.loc["activation", "inference"] == 2 * 256 * 64 * 112 * 112 * 4
     assert t.loc["saved_activations", "data parallel"] == est.totals["saved_bytes"] > 5 * 2**30
     assert report.activations and report.fits("inference") and not report.fits("ZeRO-3 (FSDP)")
-    with pytest.raises(ModelProfError, match="input_size=3x224x224.*token ids"):
+    with pytest.raises(ModelProfError, match=r"input_size=\(3, 224, 224\) is for.*token ids"):
         fit(small_llama(), context=8, input_size=(3, 224, 224))
     with pytest.raises(ModelProfError, match="input_size="):
         fit(model, input_size=(3, -1))
@@ -474,7 +478,7 @@ def test_the_command_line_keeps_the_input_size_of_a_model_fed_no_token_ids(
     nets.write_text(source)
     assert main(["fit", f"{nets}:build", "--memory", "2GB", "--batch-size", "4"]) == 0
     out = capsys.readouterr().out
-    assert "batch 4 of 3x32x32" in out and "weights and states only" not in out
+    assert "batch 4 of input (3, 32, 32)" in out and "weights and states only" not in out
 
 
 def test_a_plain_module_gets_no_tensor_parallel_plan():
@@ -905,7 +909,8 @@ def test_activation_checkpointing_closed_forms_and_the_gpus_a_plan_uses():
     assert selective == none  # SDPA ran as the fused kernel: its core is recomputed already
     report = fit(cfg, **kw)
     assert (report.parameters, report.gpus) == (74_688, 8)
-    assert "74.69 K (74,688) parameters; 8 GPUs a plan" in str(report)
+    assert (report.tp, report.ranks) == (2, 4)
+    assert "74.69 K (74,688) parameters; 8 GPUs per plan (tp 2 x 4 ranks)" in str(report)
     with pytest.raises(ModelProfError, match="checkpointing='some'"):
         fit(cfg, checkpointing="some", **kw)
 
@@ -958,7 +963,7 @@ def test_a_given_memory_is_what_the_header_and_notes_say():
     head = text.splitlines()[0]
     assert head.startswith("memory 1.86 GiB (2,000,000,000 B) given; model ResNet")
     assert "H100" not in text and "variants" not in text
-    assert "batch 32 of 3x64x64" in text and "x context" not in text
+    assert "batch 32 of input (3, 64, 64)" in text and "x context" not in text
     named = str(fit(model, device="A100", memory_bytes=2e9, **kw))  # a name beside it: a label
     assert named.startswith("device A100, memory 1.86 GiB (2,000,000,000 B) given;")
     # no memory given: the datasheet's H100 SXM (80 GiB), and its variants
