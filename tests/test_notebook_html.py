@@ -14,6 +14,7 @@ from helpers import tiny_llama
 from modelprof import profile_generation
 from modelprof.fit import fit
 from modelprof.render.units import format_bytes
+from modelprof.step.timing import Phases
 from modelprof.timing.measurement import Measurement, format_ms
 
 transformers = pytest.importorskip("transformers")
@@ -82,3 +83,19 @@ def test_a_measurement_with_no_median_to_quote_says_so_in_the_notebook():
     shown = _shows_its_text(m)
     assert "no median to quote" in shown and "UNDERSAMPLED" in shown
     assert f"median {format_ms(m.median_ms)}" in shown
+
+
+def test_a_training_steps_phases_show_in_the_reports_html_table():
+    """The phases' notebook display was a bare ``<table>`` of its own (no style, numbers
+    left-aligned); it is the reports' table: names escaped text, the figures numbers."""
+    forward = Measurement(np.array([1.0, 1.1, 0.9, 1.05]))
+    phases = Phases({"forward": forward, NAME: Measurement(np.array([2.0, 2.2, 1.9]))})
+    shown = phases._repr_html_()
+    assert shown.startswith('<div class="modelprof"') and "<style>" in shown
+    assert NAME not in shown and f'<td class="l">{html.escape(NAME)}</td>' in shown
+    assert '<th class="l">phase</th><th class="r">median</th>' in shown
+    lo, hi = forward.median_ci_ms  # the row as repr prints it, each figure right-aligned
+    cells = [format_ms(forward.median_ms), f"{format_ms(lo)}..{format_ms(hi)}", str(forward.n)]
+    assert all(c in repr(phases) for c in cells)
+    row = '<td class="l">forward</td>' + "".join(f'<td class="r">{c}</td>' for c in cells)
+    assert row in shown

@@ -20,17 +20,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import html
 import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.render.html import html_table
+from modelprof.render.views import Table
 from modelprof.runtime import compat
 from modelprof.runtime.compiled import eager_view
 from modelprof.runtime.device import MemoryStats, same_device
@@ -144,10 +146,11 @@ class Phases(dict):
         )
 
     def _repr_html_(self) -> str:
+        """The notebook display: the printed rows in the reports' HTML table (escaped, the
+        phase's name as text, its figures as numbers, right-aligned)."""
         head, *body = self._rows()
-        rows = ["<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"]
-        rows += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body]
-        return "<table>" + "".join(rows) + "</table>"
+        kinds = ("text", "time_ms", "time_ms", "int", "text")
+        return html_table(Table(head, head, kinds, tuple(body), (), "human", pd.DataFrame()))
 
 
 @dataclasses.dataclass(eq=False)
