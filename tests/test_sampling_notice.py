@@ -45,6 +45,21 @@ def test_the_notice_says_how_long_at_most_and_only_past_its_threshold():
         runner._say_extension("latency M", _sampled(40_000.0), 10, 30.0)
 
 
+def test_the_notice_names_the_cap_as_the_bound_not_the_estimate():
+    # a trial's "up to about 10 s more" went on 17 s: the pace so far is an estimate (a load
+    # that grows slows the runs still wanted), the cap is what stops the floor. 9 runs at 2 s
+    # a sample: about 18 s at that pace, and at most the 30 s cap
+    with pytest.warns(SamplingPastBudgetWarning) as said:
+        runner._say_extension("latency M", _sampled(2000.0), 10, 30.0)
+    text = str(said[0].message)
+    assert "about 18 s more at the pace so far, at most about 30 s more (floor_extend_s=" in text
+    assert "up to about 18" not in text
+    # an estimate the cap clips (9 x 2 s = 18 s over a 12 s cap): the cap alone is said
+    with pytest.warns(SamplingPastBudgetWarning) as said:
+        runner._say_extension("layers M", _sampled(2000.0), 10, 12.0, "layer_extend_s")
+    assert "sampling on for at most about 12 s more (layer_extend_s=" in str(said[0].message)
+
+
 def test_a_timed_call_says_it_once_unless_a_bar_or_warn_false_says_otherwise(monkeypatch):
     monkeypatch.setattr(runner, "EXTENSION_NOTICE_S", 0.05)  # 9 runs x a 20 ms spin: 0.18 s
     quick = dict(input_size=(4,), budget_s=0.01, warmup=1)
@@ -118,6 +133,8 @@ def test_an_interleaved_comparison_says_it_too(monkeypatch):
         got = measure_latencies(spins, **quick)
     notices = [str(w.message) for w in seen if w.category is SamplingPastBudgetWarning]
     assert len(notices) == 1 and "for the fewest of the candidates" in notices[0]
+    # the bound is the floor's cap, 30 s (floor_extend_s's default) a candidate x 2 candidates
+    assert "at most about 60 s more (floor_extend_s= caps it" in notices[0]
     assert all(m.n >= 10 for m in got.measurements.values())
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

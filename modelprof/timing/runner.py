@@ -52,17 +52,26 @@ def _say_extension(
     if not sampled.n or float(np.median(sampled.samples_ms)) / 1e3 > cap:
         return
     ahead = min(cap, (need - sampled.n) * sampled.wall_s / sampled.n)
-    _notice(desc, sampled.n, need, ahead, cap_name)
+    _notice(desc, sampled.n, need, ahead, cap, cap_name)
 
 
 def _notice(
-    desc: str, n: int, need: int, ahead: float, cap_name: str = "floor_extend_s", of: str = ""
+    desc: str,
+    n: int,
+    need: int,
+    ahead: float,
+    cap: float,
+    cap_name: str = "floor_extend_s",
+    of: str = "",
 ) -> None:
-    """The notice itself, from ``ahead`` seconds expected (said from ``EXTENSION_NOTICE_S``)."""
+    """The notice itself, from ``ahead`` seconds expected (said from ``EXTENSION_NOTICE_S``).
+    The estimate is no bound (a trial's "up to about 10 s" ran 17 s under a growing load): the
+    bound said is the cap, which no run is started past (by its median sample: about)."""
     if ahead >= EXTENSION_NOTICE_S:
+        pace = f"about {ahead:.0f} s more at the pace so far, " if ahead < cap else ""
         warn_user(
             f"modelprof: {desc}: the time budget ended at {n} of min_samples={need} runs{of}; "
-            f"sampling on for up to about {ahead:.0f} s more ({cap_name}= caps it; "
+            f"sampling on for {pace}at most about {cap:g} s more ({cap_name}= caps it; "
             "progress=True with tqdm shows a bar)",
             SamplingPastBudgetWarning,
         )
@@ -266,9 +275,9 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
         said = opts.warn and isinstance(bar.bar, NoProgress)  # no bar shows the floor
         need = opts.stop.promised_min or 0
 
-        def on_floor(n: int, ahead: float) -> None:  # (a round runs every candidate)
+        def on_floor(n: int, ahead: float, cap: float) -> None:  # (a round runs every one)
             if said:
-                _notice(desc, n, need, ahead, of=" for the fewest of the candidates")
+                _notice(desc, n, need, ahead, cap, of=" for the fewest of the candidates")
 
         with share, bar as on_round:
             got = collect_interleaved(

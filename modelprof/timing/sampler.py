@@ -476,7 +476,7 @@ def collect_interleaved(
     rng: np.random.Generator | None = None,
     now: Callable[[], float] = time.perf_counter,
     on_round: Callable[[int, float], None] | None = None,
-    on_floor: Callable[[int, float], None] | None = None,
+    on_floor: Callable[[int, float, float], None] | None = None,
 ) -> list[Sampled]:
     """Sample several callables in rounds of one block each, in a freshly shuffled order, so
     the machine's drift reaches all alike; block ``r`` of every candidate is round ``r``.
@@ -486,9 +486,10 @@ def collect_interleaved(
     candidate or ``max_samples``. Then the sample floor: while a candidate is below
     ``min_samples``, more rounds of about one run of the slowest short one, none ending past
     ``floor_cap_s`` per candidate. ``on_round(fewest samples, seconds so far)`` after each
-    round (of the floor's, once it began); ``on_floor(fewest samples, seconds ahead at most)``
+    round (of the floor's, once it began); ``on_floor(fewest samples, seconds ahead, cap)``
     once as the floor begins (the runs still wanting at each one's wall time a sample, within
-    the cap). Every rank of a process group takes the same rounds.
+    the cap: an estimate, the cap the bound). Every rank of a process group takes the same
+    rounds.
     """
     m = len(samplers)
     if m == 0:
@@ -520,7 +521,7 @@ def collect_interleaved(
         if on_floor is not None and r == floor[0] and ks and 0 < next_s <= cap:
             # as the floor begins (not where its first round would not fit: none runs)
             wanting = sum(max(0, need - log.n) * (log.wall_ms or 0.0) for log in logs)
-            on_floor(min(log.n for log in logs), min(cap, wanting / 1e3))
+            on_floor(min(log.n for log in logs), min(cap, wanting / 1e3), cap)
         fits = bool(ks) and (now() - floor[1]) + next_s <= cap
         return (r, ks) if agree.every(fits) else None
 
