@@ -985,7 +985,8 @@ def _run_throughput(ctx: _Context) -> None:
         print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
         print(
-            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}{steps}; "
+            f"\nbest: {best.samples_per_s:,.1f} samples/s over all its runs at batch size "
+            f"{best.batch_size}{steps}; "
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )

@@ -492,7 +492,7 @@ def test_throughput_writes_the_curve(
     )
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "best:" in out and "samples/s at batch size" in out
+    assert "best:" in out and "samples/s over all its runs at batch size" in out
     curve = pd.read_csv(tmp_path / "narrow_throughput.csv")
     # batch sizes double from 1 and never pass --max-batch 4
     assert list(curve["batch_size"])[:2] == [1, 2]

@@ -147,6 +147,10 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     d = json.loads(json.dumps(tp.to_dict(), allow_nan=False))  # strict JSON: no NaN
     assert d["best_batch_size"] == tp.best_batch_size == d["env"]["batch_size"]
     assert "samples/s" in repr(tp)
+    # its samples/s is a mean over all its runs, not batch / median as profile()'s summary and
+    # a Measurement's fps are (2x apart under load): the head and the caption say which
+    assert "samples/s over all its runs at batch" in repr(tp).splitlines()[0]
+    assert "samples/s over all its runs at batch" in tp.to_markdown()
     assert model.training  # flag restored
 
 

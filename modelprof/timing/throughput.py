@@ -378,8 +378,8 @@ class Throughput(Exports):
         what += f", input {sample}" if sample else ""  # a sample's size: 32 tokens, 3x224x224
         b = self.best
         head = (
-            f"throughput on {self.device} ({what}): best {b.samples_per_s:,.1f} samples/s at "
-            f"batch {b.batch_size}"
+            f"throughput on {self.device} ({what}): best {b.samples_per_s:,.1f} samples/s over "
+            f"all its runs at batch {b.batch_size}"
         )
         legend = ""
         if self.notes:
@@ -401,8 +401,9 @@ class Throughput(Exports):
     def __repr__(self) -> str:
         b = self.best
         lines = [
-            f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
-            f"{b.batch_size} ({format_ms(b.latency_ms)}/batch); {self.stop_explanation}"
+            f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s over all its runs "
+            f"at batch {b.batch_size} ({format_ms(b.latency_ms)}/batch median); "
+            f"{self.stop_explanation}"
         ]
         for p in self.points:
             mem = (
