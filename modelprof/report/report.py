@@ -916,14 +916,15 @@ class Report(Exports):
             runs += f", CPU time: {clock}, all threads' work, not a latency"
         lines = [
             f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
-            f"{m.fps:.1f} samples/s ({runs})"
+            f"{m.fps:.1f} samples/s at that median ({runs}){_latency_caveats(m)}"
         ]
         p = self.pipelined
         if p is not None and p.has_interval:
             plo, phi = p.median_ci_ms
             lines.append(
                 f"pipelined (back to back) {p.median_ms:.3f} ms per call (95% CI {plo:.3f}-"
-                f"{phi:.3f}), {p.fps:.1f} samples/s: the throughput of a full stream"
+                f"{phi:.3f}), {p.fps:.1f} samples/s at that median: the throughput of a full "
+                "stream"
             )
         if m.loaded:
             line = f"the machine was loaded ({m.load_reason}): the wall clock includes waiting"
@@ -1032,6 +1033,20 @@ def loaded_probe_note(peaks: Any, used: Any) -> str:
         "and MBU judged against them is marked (efficiency_loaded, mfu_rough, mbu_rough); probe "
         "again on a quiet machine, or pass roofline=lookup_peaks(...)"
     )
+
+
+def _latency_caveats(m: Any) -> str:
+    """What the summary's latency line adds about its own runs: a drift (the DriftWarning alone
+    said it: a trial's -46 % read as a plain median), and why sampling stopped where it stopped
+    short of its precision (a trial's n=10 and +28 % interval went unexplained), in the
+    Measurement's own words (``stop_text``)."""
+    words = ""
+    if m.stable is False:
+        words += f"; drifted {m.drift_pct:+.1f} % over its runs: the median describes that window"
+    if m.stop_reason not in ("precision", "repeat"):
+        target = f" ±{m.precision:.1%}" if m.precision is not None else ""
+        words += f"; short of its{target} precision: stop={m.stop_text}"
+    return words
 
 
 def _sum_measured(values: Iterable[float]) -> float:
