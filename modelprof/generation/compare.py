@@ -253,19 +253,18 @@ def _measured(t: Any) -> list[Measurement]:
 
 
 def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[str, Any]:
-    """On the CPU: each figure's CPU work (median, interval), wall/CPU and CPU ratios."""
+    """On the CPU: wall/CPU and the CPU ratios (each figure's CPU work, median and interval,
+    is in the timing's summary)."""
+    if t.end_to_end.cpu is None:
+        return {}
     out: dict[str, Any] = {}
-    for kind in ("ttft", "tpot", "end_to_end"):
+    for kind in ("ttft", "tpot"):
         m, base_m = getattr(t, kind), getattr(base, kind)
-        if m is None or m.cpu is None:
-            continue
-        out.update(interval_columns(f"{kind}_cpu", m.cpu, median=""))
-        if kind != "end_to_end":
+        if m is not None and m.cpu is not None:
             base_cpu = getattr(base_m, "cpu", None)
             out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_cpu, confidence, unranked))
-    if out:
-        out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
-        out["loaded"] = any(m.loaded for m in _measured(t))
+    out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
+    out["loaded"] = any(m.loaded for m in _measured(t))
     return out
 
 

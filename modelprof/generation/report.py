@@ -134,7 +134,8 @@ class GenerationReport(Exports):
                 m = getattr(t, kind)
                 if m is not None and unquotable(m):
                     label = f"{_FIGURE_NAMES[kind]} at batch {b}"
-                    found.append((series, f"batch {b}", _unquotable_note(label, m)))
+                    note = _unquotable_note(label, m, f"{kind}_cpu_ms")
+                    found.append((series, f"batch {b}", note))
         for p in (p for ps in self.phase_tables.values() for p in ps):
             m = p.report.latency
             if m is not None and unquotable(m):
@@ -351,9 +352,11 @@ class GenerationReport(Exports):
         return out
 
     def summary(self) -> pd.DataFrame:
-        """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability),
-        tokens/s and the counted prefill and last decode step. ``*_rough``: slower than a
-        bigger batch's, beyond both intervals."""
+        """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability;
+        on the CPU their CPU work, ``ttft_cpu_ms``...: the figures to quote where a loaded run's
+        note says so), tokens/s and the counted prefill and last decode step. ``*_rough``:
+        slower than a bigger batch's, beyond both intervals, or no figure to quote by its own
+        runs (the notes say which)."""
         rows = []
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
@@ -640,12 +643,21 @@ def _phase_point(p: Phase) -> str:
     return f"{p.label} at batch {p.batch_size}"
 
 
-def _unquotable_note(label: str, m: Any) -> str:
+def _unquotable_note(label: str, m: Any, column: str = "") -> str:
     """Why the timed figure ``label`` of generation is rough: the machine's load, or too few
-    runs."""
+    runs. Loaded with its CPU work standing for the work (``cpu_holds``, enough runs): that CPU
+    work is the figure to quote (``column`` of the summary, where it carries one), as the
+    Measurement's warning says."""
     if m.loaded:
         why = f"read on a loaded machine ({m.load_reason})"
         fix = quieter_machine([m])  # by profile()'s rule: never the thread count in use
+        if m.cpu_holds and not m.undersampled:
+            where = f"; {column}" if column else ""
+            return (
+                f"{label}, median {m.median_ms:,.3f} ms, {why}: its wall time is marked ~; "
+                f"quote its CPU work, median {m.cpu.median_ms:,.3f} ms ({m.cpu_clock}{where}), "
+                f"which waiting for a core cannot stretch, or {fix}"
+            )
     else:
         why = f"rests on too few runs ({m.short_reason})"
         fix = "time again with a larger repeat= or budget_s="

@@ -28,6 +28,7 @@ from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import MemoryStats, device_synchronize
 from modelprof.timing.clock import cpu_time_source, other_cpu_clock, thread_share
+from modelprof.timing.interleave import interval_columns
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
@@ -134,7 +135,8 @@ class GenerationTiming:
         return self.batch_size * self.new_tokens / (self.end_to_end.median_ms / 1e3)
 
     def summary(self) -> dict[str, Any]:
-        """One row of numbers: medians, intervals, stability, rates, slope."""
+        """One row of numbers: medians, intervals, stability, on the CPU each figure's CPU work
+        (``ttft_cpu_ms``... with intervals), rates, slope."""
         row: dict[str, Any] = {
             "batch_size": self.batch_size,
             "prompt_len": self.prompt_len,
@@ -148,6 +150,10 @@ class GenerationTiming:
             else:
                 values = (m.median_ms, *m.median_ci_ms, m.min_ms, m.stable, m.drift_pct)
             row.update({f"{name}{k}": v for k, v in zip(_FIGURE, values)})  # a missing one: 5
+        for name in ("ttft", "tpot", "end_to_end"):  # on the CPU: the work load cannot stretch
+            m = getattr(self, name)
+            if m is not None and m.cpu is not None:  # (the figure to quote where cpu_holds)
+                row.update(interval_columns(f"{name}_cpu", m.cpu, median=""))
         slope = self.step_slope
         row.update(
             tokens_per_s=self.tokens_per_s,
