@@ -85,6 +85,8 @@ class TrainingStep:
             line += f" (~ no figure to quote: {said})"
         if t.peak_memory_bytes is not None:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
+        if note := phases.note:  # the step's median beyond its phases' summed
+            line += f"\nnote: {note}"
         b = t.backward
         if b.loaded and b.cpu is not None:  # what its loaded-machine warning says to quote
             held = "one thread's" if b.cpu_holds else "several threads', stretched by load too"

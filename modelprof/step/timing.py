@@ -124,7 +124,29 @@ class StepTiming:
 
 class Phases(dict):
     """The training step's phases, name -> ``Measurement``; printed as one line per phase
-    (median, 95 % interval, samples, stability), not as the measurements' long reprs."""
+    (median, 95 % interval, samples, stability), not as the measurements' long reprs, and
+    ``note`` under them where the step's median is not what the phases' medians sum to."""
+
+    @property
+    def note(self) -> str | None:
+        """Where the step's interval lies beyond the phases' medians summed (with the sum of
+        their intervals' bounds): each sampled step is its phases summed, but the median of a
+        sum is the sum of the medians only on a quiet machine (under load, a different phase
+        of most steps is slowed). None where they agree, or a figure has no interval."""
+        step, parts = self.get("step"), [m for k, m in self.items() if k != "step"]
+        if step is None or not parts or not all(m.has_interval for m in self.values()):
+            return None
+        low, high = (sum(m.median_ci_ms[i] for m in parts) for i in (0, 1))
+        lo, hi = step.median_ci_ms
+        if lo <= high and hi >= low:
+            return None
+        total = format_ms(sum(m.median_ms for m in parts))
+        return (
+            f"the step's median {format_ms(step.median_ms)} ({format_ms(lo)}..{format_ms(hi)}) "
+            f"is not its phases' medians summed, {total} ({format_ms(low)}..{format_ms(high)}), "
+            "beyond both intervals: each step is its phases summed, but under load the medians "
+            "of parts need not add up"
+        )
 
     def _rows(self) -> list[tuple[str, ...]]:
         rows = [("phase", "median", "95% CI", "n", "stable")]
@@ -138,19 +160,22 @@ class Phases(dict):
     def __repr__(self) -> str:
         rows = self._rows()
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join(
+        lines = [
             "  ".join(
                 c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
             ).rstrip()
             for r in rows
-        )
+        ]
+        note = self.note
+        return "\n".join(lines + ([f"note: {note}"] if note else []))
 
     def _repr_html_(self) -> str:
         """The notebook display: the printed rows in the reports' HTML table (escaped, the
         phase's name as text, its figures as numbers, right-aligned)."""
         head, *body = self._rows()
         kinds = ("text", "time_ms", "time_ms", "int", "text")
-        return html_table(Table(head, head, kinds, tuple(body), (), "human", pd.DataFrame()))
+        table = Table(head, head, kinds, tuple(body), (), "human", pd.DataFrame())
+        return html_table(table, caption=self.note)
 
 
 @dataclasses.dataclass(eq=False)
