@@ -274,7 +274,8 @@ def fit(
     ``context``: tokens per sequence (KV cache and training sequence); ``input_size``:
     the input shape, batch excluded (``(3, 224, 224)``), at which a model that takes no token
     ids (a plain module, ViT) has its activations counted (without it none are, and ``fits``
-    says "weights and states only" where the rest fits); ``batch_size``: per data-parallel
+    says "weights and states only" where the rest fits; a forward that fails at it is refused,
+    as ``profile`` refuses it); ``batch_size``: per data-parallel
     rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
     ``"sgd_momentum"``, any ``torch.optim`` class's, ``"adafactor"``) or a ``torch.optim``
     class, instance or factory, as ``profile`` takes; ``mixed_precision``: default on for a
@@ -628,7 +629,8 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     """The largest activation of a prefill (or, at ``spec.input_size``, of a forward), the
     bytes saved for the backward and, of those, the ones of rows that ran attention as matmuls
     and a softmax, counted on meta; zeros with ``skipped`` saying why when the model takes no
-    token ids and no ``input_size`` was given, or fails there."""
+    token ids and no ``input_size`` was given, or fails at its token ids (a forward that fails
+    at ``input_size`` is refused)."""
     counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
     prefill_inputs = _count_inputs(model, spec, training=False)
     ids = config is not None and prefill_inputs is not None
@@ -663,6 +665,11 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             counts["layer_saved"] = _layer_saved(step.rows)
             counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
+        if spec.input_size is not None:  # activations asked for: refused as profile refuses
+            raise ModelProfError(
+                f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "
+                f"activations with profile on meta, which refused it: {e}"
+            ) from e.__cause__
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "

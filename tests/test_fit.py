@@ -1006,6 +1006,20 @@ def test_memory_estimate_and_fit_count_adams_state_alike(optimizer):
     )
 
 
+def test_an_input_size_the_forward_refuses_is_refused_as_profile_refuses_it():
+    # Linear(10, 5) fed 3 features: profile refuses it, and fit only warned ("weights and
+    # states only") though input_size= asked for activations; it is refused, profile's words
+    # quoted
+    model = torch.nn.Linear(10, 5)
+    with pytest.raises(ModelProfError, match=r"input_size=\(3,\) .*forward pass failed"):
+        fit(model, input_size=(3,), memory_bytes=2**30)
+    # at its own feature size it counts: 1 x 10 input + 1 x 5 output in bf16, (10 + 5) x 2 B
+    counted = fit(model, input_size=(10,), memory_bytes=2**30, training=False)
+    assert counted.table.loc["activation", "inference"] == 30
+    with pytest.warns(ModelProfWarning, match="pass input_size="):  # none given: a warning
+        assert not fit(model, memory_bytes=2**30).activations
+
+
 def test_a_sequence_classifier_is_counted_without_token_labels():
     # fit fed labels shaped as the token ids to every forward taking labels: a sequence
     # classifier wants one label a sequence, its counted forward failed on meta and fit counted
