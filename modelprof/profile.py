@@ -311,8 +311,9 @@ def _too_many_dims(error: str, ranks: list[int]) -> bool:
     more than the most it names (conv2d's "Expected 3D (unbatched) or 4D (batched) input"), or
     a word of dimensions where it names none. A channel count or an image size that does not
     fit is no batch's doing, nor a size an exported program fixed (its guard's "Expected input
-    at *args[0].shape[0] to be equal to 1 ... dynamic_shapes")."""
-    if re.search(r"\.shape\[\d+\] to be equal to", error):
+    at *args[0].shape[0] to be equal to 1 ... dynamic_shapes"); on meta (``fit``) a feature or
+    channel count reads "a and b must have same reduction dim", "Invalid channel dimensions"."""
+    if re.search(r"\.shape\[\d+\] to be equal to|reduction dim|channel dim", error):
         return False
     named = [int(n) for n in re.findall(r"\b(\d)D\b", error)]
     if named:

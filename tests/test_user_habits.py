@@ -223,6 +223,21 @@ def test_no_batch_hint_for_a_channel_count_or_a_missing_dimension() -> None:
     assert "a dimension short" in text and "excludes the batch" not in text
 
 
+def test_on_meta_the_batch_hint_only_for_a_batch_left_in_the_size() -> None:
+    # meta kernels word a size that does not fit "a and b must have same reduction dim"
+    # (Linear) and "Invalid channel dimensions" (conv2d): read as a dimension count, they got
+    # "pass (20,) (and batch_size=2)", which fails as well; fit counts on meta
+    for model, size in ((nn.Linear(10, 5), (2, 20)), (nn.Conv2d(3, 4, 3), (4, 8, 8))):
+        with pytest.raises(ModelProfError, match="forward pass failed") as err:
+            profile(model, size, device="meta")
+        assert "\nhint:" not in str(err.value), size
+    # (1, 3, 8, 8) is a batch left in: conv2d given 5-D where it takes at most 4-D
+    with pytest.raises(ModelProfError) as err:
+        profile(nn.Conv2d(3, 4, 3), (1, 3, 8, 8), device="meta")
+    assert "\nhint: input_size excludes the batch dimension" in str(err.value)
+    assert "pass (3, 8, 8) (and batch_size=1)" in str(err.value)
+
+
 def test_a_tensor_without_its_batch_gets_a_hint() -> None:
     # a newcomer's profile(resnet, torch.randn(3, 224, 224)) failed in bn1 ("expected 4D
     # input (got 3D input)") with no word of the batch; conv2d takes the unbatched sample
