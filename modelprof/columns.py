@@ -297,3 +297,16 @@ _group(
     ("layer_type", "layer type", "text"),
     ("calls", "calls", "int"),
 )
+# a sweep's own text, written for every row (a failed one's too), "" where there is none; and
+# why a timed row's median is not quotable, "" where it is (none in a failed row: missing)
+_group(
+    "sweep",
+    ("status", "status", "text"),
+    ("error", "error", "text"),
+    ("warnings", "warnings", "text"),
+)
+_group(
+    "sweep_timing",
+    ("latency_unquotable", "latency unquotable", "text"),
+    ("backward_latency_unquotable", "backward latency unquotable", "text"),
+)

@@ -193,6 +193,22 @@ def test_csv_keeps_a_sweeps_empty_error_and_a_gathered_reports_rank() -> None:
         {"model": ["a", "b"], "status": ["ok", "error"], "error": ["", "boom"], "host": ["h", ""]}
     )
     pd.testing.assert_frame_equal(read_csv(to_csv(sweep)), sweep, check_exact=True)
+    # a column of "" only (every row ran, none warned) read as NaN floats; a failed row has no
+    # input shape and no latency (missing), a timed row that ran says "" where its median is
+    # quotable
+    sweep = pd.DataFrame(
+        {
+            "model": ["a", "b"],
+            "status": ["ok", "error"],
+            "error": ["", "boom"],
+            "input_shape": ["1x8", None],
+            "latency_unquotable": ["", None],
+            "warnings": ["", ""],
+        }
+    )
+    pd.testing.assert_frame_equal(read_csv(to_csv(sweep)), sweep, check_exact=True)
+    ran = sweep.iloc[:1]
+    pd.testing.assert_frame_equal(read_csv(to_csv(ran)), ran, check_exact=True)
     gathered = report_frame()
     gathered.insert(0, "rank", 0)
     assert gathered["rank"].dtype == np.int64

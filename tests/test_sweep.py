@@ -608,6 +608,22 @@ def test_the_sweeps_json_reads_back_exactly_with_modelprofs_reader(nets: Path, t
     assert totals is None and env is None
 
 
+def test_the_sweeps_csv_reads_back_exactly_with_modelprofs_reader(nets: Path, tmp_path: Path):
+    # pandas.read_csv reads the "" of a row that ran (error) or said nothing (warnings) as NaN;
+    # modelprof's read_csv did too for a column of "" only, and read a failed row's missing
+    # input shape as ""
+    from modelprof.render import read_csv
+
+    df = sweep(_grid(nets, "narrow", "broken"), out=tmp_path / "out")
+    assert "" in df["error"].tolist() and "" in df["warnings"].tolist()
+    assert df["input_shape"].isna().any()  # the broken rows'
+    pd.testing.assert_frame_equal(read_csv(tmp_path / "out" / "sweep.csv"), df)
+    ran = sweep(_grid(nets, "narrow"), out=tmp_path / "ran")  # every error ""
+    back = read_csv(tmp_path / "ran" / "sweep.csv")
+    for column in ("error", "warnings"):
+        assert (ran[column] == "").all() and back[column].tolist() == ran[column].tolist()
+
+
 def test_a_loaded_rows_cpu_work_is_a_column() -> None:
     # a newcomer's sweep row read 78.0 ms, its warnings cell saying to quote the CPU work,
     # median 38.954 ms, which no column held: it is cpu_work_median_ms where the run was loaded

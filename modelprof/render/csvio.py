@@ -173,17 +173,23 @@ def _has_failed(raw: pd.DataFrame) -> bool:
 
 
 def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, str]) -> None:
-    """A comparison's table (a ``model`` and an ``error`` column, no ``status``: a sweep's says
-    "" where a row ran): an empty ``error`` is missing (the model ran), as is an empty text
-    cell of a row with an error (the model failed: ``input_shape``); not in a column typed by
-    ``dtypes=``, nor in any other table (a user's own ``error`` column keeps its "")."""
-    if "model" not in columns or "error" not in columns or "status" in columns:
+    """A comparison's table (a ``model`` and an ``error`` column, no ``status``): an empty
+    ``error`` is missing (the model ran), as is an empty text cell of a row with an error (the
+    model failed: ``input_shape``). A sweep's (with ``status``): an empty cell of a row of
+    status ``error`` is missing in a declared text column its measurement fills
+    (``input_shape``, ``latency_unquotable``), not in those of every row (``error`` "" where a
+    row ran, ``warnings``, the configuration's). Not in a column typed by ``dtypes=``, nor in
+    any other table (a user's own ``error`` column keeps its "")."""
+    if "model" not in columns or "error" not in columns or not _is_text(columns["error"]):
         return
-    if not _is_text(columns["error"]):
-        return
-    failed = [isinstance(v, str) and v != "" for v in columns["error"]]
+    sweep = "status" in columns
+    failed = [
+        v == "error" if sweep else isinstance(v, str) and v != ""
+        for v in columns["status" if sweep else "error"]
+    ]
     for name, column in columns.items():
-        if name in overrides:
+        declared = registry.column(name)
+        if name in overrides or sweep and (declared is None or declared.group == "sweep"):
             continue
         if _is_text(column) and (name == "error" or any(failed)):
             gaps = failed if name != "error" else [not f for f in failed]
