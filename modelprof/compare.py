@@ -768,7 +768,7 @@ def _latency_columns(
 
 def _no_figure(m: Any) -> str | None:
     """Why a model's wall-clock median is no figure to quote, as a report's end-to-end row
-    judges its clean runs (``Report._end_to_end_rough``): read on a loaded machine, or from too
+    judges its clean runs (``Report.latency_unquotable``): read on a loaded machine, or from too
     few runs; None when it is one (``latency_rough``, said in the caption)."""
     why = ["the machine was loaded"] if m.loaded else []
     why += [f"too few runs, n={m.n}"] if m.undersampled else []

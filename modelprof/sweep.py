@@ -138,10 +138,10 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
         row["threads"] = report.env.get("torch_num_threads")
         row.update(_latency("latency", report.latency))
         # why the report marks its end-to-end median ~ (no figure to quote), "" where it is one
-        row["latency_unquotable"] = report._end_to_end_rough() or ""
+        row["latency_unquotable"] = report.latency_unquotable or ""
     if report.backward_latency is not None:
         row.update(_latency("backward_latency", report.backward_latency))
-        row["backward_latency_unquotable"] = report._backward_rough() or ""
+        row["backward_latency_unquotable"] = report.backward_latency_unquotable or ""
         phases = report.training_step.timing.phases()  # the whole step, and its optimizer's
         for name in ("optimizer", "step"):
             if name in phases:

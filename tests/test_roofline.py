@@ -553,7 +553,7 @@ def test_a_short_self_row_is_named_in_the_caption(monkeypatch) -> None:
     r = profile(Residual(), (8,), repeat=12, warmup=1, warn=False)
     # (a loaded machine's own reasons, for the rows and the end-to-end row, are held off)
     monkeypatch.setattr(report_module.Report, "_rough_reason", lambda self: None)
-    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: None)
+    monkeypatch.setattr(report_module.Report, "latency_unquotable", property(lambda s: None))
 
     def causes(marked):
         return lambda df: {"own": marked(df), "cut": df["module"] == "nothing"}

@@ -94,6 +94,9 @@ def test_a_loaded_backward_is_marked_in_every_view_and_the_quiet_forward_is_not(
         title
     )
     assert "end-to-end latency marked ~" not in title  # the forward is quotable
+    # the reasons, public (a sweep's latency_unquotable columns)
+    assert r.backward_latency_unquotable == "the machine was loaded (quote the CPU work)"
+    assert r.latency_unquotable is None
     steps = next(ln for ln in r.summary().splitlines() if ln.startswith("step medians"))
     assert re.search(r"backward ~\d+\.\d{3}, step \d", steps) and "forward ~" not in steps
     assert steps.endswith(

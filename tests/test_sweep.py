@@ -721,7 +721,8 @@ def test_measure_config_records_why_a_median_is_no_figure_to_quote(monkeypatch) 
     config = SweepConfig(
         "torchvision:resnet18", timing=True, input_size=(3, 32, 32), options=options
     )
-    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: "too few runs")
+    unquotable = property(lambda self: "too few runs")
+    monkeypatch.setattr(report_module.Report, "latency_unquotable", unquotable)
     assert measure_config(config, "cpu")["latency_unquotable"] == "too few runs"
-    monkeypatch.setattr(report_module.Report, "_end_to_end_rough", lambda self: None)
+    monkeypatch.setattr(report_module.Report, "latency_unquotable", property(lambda s: None))
     assert measure_config(config, "cpu")["latency_unquotable"] == ""

@@ -81,7 +81,7 @@ def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch, on
     # marked rough for the disagreement (before, the (root) row it named was greyed as no
     # figure to quote); the clean end-to-end median is, in every view
     assert not df.loc[df["latency_ms"].notna(), "latency_rough"].any()
-    assert not r.layers_rough and "the clean runs were slowed" in r._end_to_end_rough()
+    assert not r.layers_rough and "the clean runs were slowed" in r.latency_unquotable
     table = r.export("markdown", columns=["module", "latency_ms"]).splitlines()
     marked = [line for line in table if line.startswith("|") and "~" in line]
     assert len(marked) == 1 and "end-to-end" in marked[0]

@@ -457,11 +457,13 @@ class Report(Exports):
         end_to_end: dict[str, Any] | None = None
         if self.latency is not None:
             end_to_end = {"latency_ms": self.latency.median_ms}
-            if self._end_to_end_rough() is not None:  # the run says it is no figure to quote
+            if self.latency_unquotable is not None:  # the run says it is no figure to quote
                 end_to_end["latency_ms_rough"] = True
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
-                if self._backward_rough() is not None:  # by the forward's rule, its own runs
+                if (
+                    self.backward_latency_unquotable is not None
+                ):  # by the forward's rule, its own runs
                     end_to_end["backward_latency_ms_rough"] = True
         if view.group_by is not None:
             if view.style != "modelprof":
@@ -770,10 +772,10 @@ class Report(Exports):
         """The caption of an export: the model (a torchvision architecture by its builder's name,
         ``resnet50``, not its class ``ResNet``) and its run, and why rows are marked rough."""
         title = self._head()
-        whole = self._end_to_end_rough()
+        whole = self.latency_unquotable
         if whole is not None:
             title += f". The end-to-end latency marked ~ is no figure to quote: {whole}"
-        whole = self._backward_rough()
+        whole = self.backward_latency_unquotable
         if whole is not None:
             title += f". The end-to-end backward marked ~ is no figure to quote: {whole}"
         reason = self._rough_reason()
@@ -819,9 +821,11 @@ class Report(Exports):
             words.append("channels_last")
         return ", ".join(words)
 
-    def _end_to_end_rough(self) -> str | None:
-        """Why the clean end-to-end median is no figure to quote, as the run's own checks say
-        (marked ~ in the end-to-end row); else None."""
+    @property
+    def latency_unquotable(self) -> str | None:
+        """Why the clean end-to-end median (``latency``) is no figure to quote, as the run's own
+        checks say (marked ~ in the end-to-end row and said in the caption; a sweep's
+        ``latency_unquotable`` column); else None (and untimed)."""
         a, m = self.timing_agreement, self.latency
         if m is None:
             return None
@@ -832,9 +836,11 @@ class Report(Exports):
             reasons.append("the clean runs were slowed (quote the (root) row)")
         return "; ".join(reasons + unquotable(m)) or None
 
-    def _backward_rough(self) -> str | None:
-        """Why the clean end-to-end backward median is no figure to quote, by the forward's
-        rule on its own runs (``unquotable``: loaded, too few runs); else None (and untimed)."""
+    @property
+    def backward_latency_unquotable(self) -> str | None:
+        """Why the clean end-to-end backward median (``backward_latency``) is no figure to
+        quote, by the forward's rule on its own runs (``unquotable``: loaded, too few runs; a
+        sweep's ``backward_latency_unquotable`` column); else None (and untimed)."""
         m = self.backward_latency
         return None if m is None else "; ".join(unquotable(m)) or None
 
