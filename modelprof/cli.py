@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from modelprof.errors import ModelProfError, nearest_keywords
+from modelprof.errors import ModelProfError, ModelProfWarning, nearest_keywords, warn_user
 from modelprof.render.formats import get_format, needs_package, table_formats
 
 __all__ = [
@@ -1354,9 +1354,7 @@ def _run_fit(ctx: _Context) -> None:
     model, name, size = load_sized_model(a.spec, torch.device("meta"), None)
     if size is not None and takes_token_ids(model):  # fed token ids: no input size
         size = None
-    report = fit(
-        model,
-        input_size=a.fit_input_size if a.fit_input_size is not None else size,
+    options = dict(
         device=a.fit_device,
         memory_bytes=a.memory_bytes,
         dtype=a.fit_dtype,
@@ -1368,6 +1366,15 @@ def _run_fit(ctx: _Context) -> None:
         training=not a.inference_only,
         checkpointing=a.checkpointing,
     )
+    try:
+        given = a.fit_input_size if a.fit_input_size is not None else size
+        report = fit(model, input_size=given, **options)
+    except ModelProfError as e:
+        # the spec's own size, not asked for: its forward failing there leaves weights and states
+        if a.fit_input_size is not None or not getattr(e, "forward_failed", False):
+            raise
+        warn_user(f"fit: no activations counted at the spec's input size: {e}", ModelProfWarning)
+        report = fit(model, **options)
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
         # named as generate names its files; a file's factory by its own name, as profile does

@@ -666,10 +666,12 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
         if spec.input_size is not None:  # activations asked for: refused as profile refuses
-            raise ModelProfError(
+            refused = ModelProfError(
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "
                 f"activations with profile on meta, which refused it: {e}"
-            ) from e.__cause__
+            )
+            refused.forward_failed = True  # the command line's spec size was not asked for
+            raise refused from e.__cause__
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "

@@ -1020,6 +1020,22 @@ def test_an_input_size_the_forward_refuses_is_refused_as_profile_refuses_it():
         assert not fit(model, memory_bytes=2**30).activations
 
 
+def test_the_command_line_counts_weights_where_the_specs_own_input_size_fails(tmp_path, capsys):
+    # the spec's recorded INPUT_SIZE was not asked for: its forward failing there (a detection
+    # model's nonzero on meta) leaves weights and states, as before fit refused such a size;
+    # --input-size given is asked for, and refused
+    spec = tmp_path / "nets.py"
+    spec.write_text(
+        "from torch import nn\nINPUT_SIZE = (3,)\ndef build():\n    return nn.Linear(10, 5)\n"
+    )
+    assert main(["fit", f"{spec}:build", "--memory", "2GB"]) == 0
+    out, err = capsys.readouterr()
+    assert "weights and states only" in out
+    assert "no activations counted at the spec's input size" in err
+    assert main(["fit", f"{spec}:build", "--memory", "2GB", "--input-size", "3"]) == 2
+    assert "forward pass failed" in capsys.readouterr().err
+
+
 def test_a_sequence_classifier_is_counted_without_token_labels():
     # fit fed labels shaped as the token ids to every forward taking labels: a sequence
     # classifier wants one label a sequence, its counted forward failed on meta and fit counted
