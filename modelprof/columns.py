@@ -263,6 +263,8 @@ _group(
     # (a throughput point's: over the same runs as its latency, rough where that is)
     ("samples_per_s", "samples/s", "count", {"rough": True, "dtype": "float64"}),
     ("batch_size", "batch size", "int"),
+    # a training comparison's whole step: forward, loss, backward, optimizer (compare.py)
+    ("step_flops", "step FLOPs", "count"),
     ("throughput_samples_per_s", "throughput (samples/s)", "count", {"dtype": "float64"}),
     ("throughput_batch_size", "throughput batch", "int"),
     # its best point loaded or slower than a bigger batch; a ratio with such a side

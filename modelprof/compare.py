@@ -21,7 +21,7 @@ from modelprof.errors import ModelProfError, ModelProfWarning, check_callback, w
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
-from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
+from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE, totals_of
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, random_kept
 from modelprof.runtime.guard import preserved_state
@@ -63,9 +63,11 @@ from modelprof.timing.throughput import POINT_DEFAULTS, check_search_bounds
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
-# a model's counted totals, without the trainable/frozen split of its parameters
-_TOTAL_COLUMNS = tuple(
-    c for c in ADDITIVE + STEP_ADDITIVE if c not in ("trainable_params", "frozen_params")
+# a model's counted totals, without the trainable/frozen split of its parameters; a training
+# comparison's whole step (_training_totals)
+_TOTAL_COLUMNS = (
+    *(c for c in ADDITIVE + STEP_ADDITIVE if c not in ("trainable_params", "frozen_params")),
+    "step_flops",
 )
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {
@@ -75,6 +77,7 @@ _RATIOS = {
     "output_bytes_x": "output_bytes",
     "latency_x": "latency_median_ms",
     "backward_flops_x": "backward_flops",
+    "step_flops_x": "step_flops",
     "throughput_x": "throughput_samples_per_s",
 }
 #: the ratios of timed columns, not stated where a model is undersampled (no interval)
@@ -127,7 +130,10 @@ def compare(
     batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
     timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
     model fails to run leaves them NaN, its error in a note); then the ratios. With
-    ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
+    ``backward=True`` the counts are the model's forward alone (the report's ``(loss)`` and
+    ``(optimizer)`` rows left out), ``backward_macs, backward_flops, saved_bytes`` its
+    backward's (the loss's included) and ``step_flops`` (``step_flops_x``) the whole step's,
+    ``totals["flops"] + totals["backward_flops"]`` of its report; the latency columns, ``fps`` and ``rank`` time the forward alone, the
     ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) and
     ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so), each
     median flagged as the forward's is (``backward_latency_rough``, ``step_latency_rough``,
@@ -304,7 +310,8 @@ class _Run:
             options=self.opts,
             **self.profile_options,
         )
-        totals = {c: report.totals[c] for c in _TOTAL_COLUMNS if c in report.totals}
+        totals = _training_totals(report) if self.backward else report.totals
+        totals = {c: totals[c] for c in _TOTAL_COLUMNS if c in totals}
         row = {"input_shape": _input_shape(size, self.inputs, self.batch_size), **totals}
         self.dtype_words[name] = report._dtype_words()  # as its report's caption says it
         if search is not None:  # before this model's timers, whose copies would take memory
@@ -366,6 +373,17 @@ class _Run:
         self.timing_attrs["notes"] += step_attrs.pop("notes")
         self.timing_attrs.update(step_attrs)
         return baseline
+
+
+def _training_totals(report: Any) -> dict[str, int]:
+    """A training report's totals as a comparison shows them: the forward columns (MACs, FLOPs,
+    MAdd, bytes) the model's forward alone, as an inference comparison's, without the
+    ``(loss)`` and ``(optimizer)`` rows, whose sum with them named no quantity a paper quotes;
+    ``step_flops`` the whole step (forward, loss, backward, optimizer: ``totals["flops"] +
+    totals["backward_flops"]``)."""
+    forward = totals_of([r for r in report.rows if r.kind not in ("loss", "optimizer")])
+    step = report.totals["flops"] + report.totals["backward_flops"]
+    return {**report.totals, **{c: forward[c] for c in ADDITIVE}, "step_flops": step}
 
 
 def _table(
@@ -786,9 +804,9 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
-    "step's mode; backward_*, step_latency_* and step_rank: the training step; flops, madd and "
-    "the bytes (and their ratios): the step's forward columns, the loss's and the optimizer "
-    "step's included (macs: the forward's, the optimizer runs none)"
+    "step's mode; backward_*, step_latency_* and step_rank: the training step; macs, flops, "
+    "madd and the bytes (and their ratios): the model's forward alone; step_flops (and "
+    "step_flops_x): the whole step, forward, loss, backward and optimizer"
 )
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (

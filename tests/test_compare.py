@@ -594,20 +594,33 @@ def test_an_autocast_comparisons_caption_says_the_dtype_as_profiles_does(timing)
     assert "), float32, batch 1" in str(plain.render.to_text())
 
 
-def test_a_training_comparisons_counts_say_they_are_the_steps() -> None:
-    # a newcomer printed a training comparison's FLOPs as the forward's: they are the training
-    # report's totals, the loss and AdamW's step included (14 x 4,680 params of Linear(64, 64)
-    # and Linear(64, 8) here), which the caption and the notes now say
+def test_a_training_comparisons_flops_are_the_forwards_and_the_steps_each_named() -> None:
+    # a paper author copied a training comparison's "FLOPs" (the forward, the loss and AdamW's
+    # step, without the backward: no quantity to quote) as the model's cost: the forward columns
+    # are now the model's forward alone, and step_flops ("step FLOPs") the whole step
     from modelprof import profile
+    from modelprof.render import read_csv
 
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
     kw = dict(backward=True, optimizer="adamw")
-    df = compare({"m": model}, (64,), timing=False, **kw)
+    df = compare({"m": model, "m2": model}, (64,), timing=False, **kw)
+    # forward: Linear(64, 64) 2*64*64 + 64 bias = 8256, ReLU 64, Linear(64, 8) 2*64*8 + 8 = 1032
+    assert df.loc["m", "flops"] == 8256 + 64 + 1032 == 9352
+    assert df.loc["m", "macs"] == 64 * 64 + 64 * 8
+    # step: forward 9352 + loss (sum of 8) 8 + AdamW 14 x 4,680 params + the backward
     totals = profile(model, (64,), timing=False, **kw).totals
-    assert df.loc["m", "flops"] == totals["flops"] and df.loc["m", "macs"] == totals["macs"]
-    caption = "FLOPs and bytes: the training step's forward, loss and optimizer step"
+    assert totals["flops"] == 9352 + 8 + 14 * 4680
+    assert df.loc["m", "step_flops"] == totals["flops"] + totals["backward_flops"]
+    assert df.loc["m2", "flops_x"] == 1.0 and df.loc["m2", "step_flops_x"] == 1.0
+    assert "step FLOPs" in str(df.render.to_markdown())
+    caption = "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss, backward"
     assert caption in str(df.render.export("latex"))
-    assert caption not in str(compare({"m": model}, (64,), timing=False).render.export("latex"))
+    plain = compare({"m": model}, (64,), timing=False)
+    assert caption not in str(plain.render.export("latex")) and "step_flops" not in plain
+    assert plain.loc["m", "flops"] == 9352  # the same model's forward, either way
+    back = read_csv(df.render.to_csv())  # whole numbers, read back as they were
+    assert back["step_flops"].dtype == "int64"
+    assert list(back["step_flops"]) == list(df["step_flops"])
 
 
 def test_a_withheld_step_rank_and_an_unjudged_stability_read_back_as_they_were() -> None:

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
-    """model input_shape params macs flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
+    """model input_shape params macs flops step_flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
     cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size params_x macs_x
     latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
     cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
@@ -158,7 +158,10 @@ def compare_caption(
     if baseline is not None and not attrs.get("unranked") and attrs.get("ranked_by") is None:
         parts.append("latency not measured (timing off)")
     if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
-        parts.append("FLOPs and bytes: the training step's forward, loss and optimizer step")
+        parts.append(
+            "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss, backward "
+            "and optimizer step"
+        )
     failed = list(attrs.get("failed") or ())
     if failed:  # their rows are empty: a table that drops the error column still says why
         parts.append(
