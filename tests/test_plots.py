@@ -465,3 +465,31 @@ def test_report_export_png_writes_the_figures_the_cli_does(tmp_path: Path) -> No
         from modelprof.render.formats import get_format
 
         get_format("png")
+
+
+@pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+@pytest.mark.filterwarnings("ignore::modelprof.errors.TimingDisagreementWarning")
+def test_export_png_of_a_timed_report_without_the_roofline_writes_the_rest(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from modelprof import profile
+    from modelprof.errors import ModelProfWarning
+
+    # a paper author's timed MLP at roofline=False: export("png") wrote mlp_flops.png and
+    # mlp_latency.png, then raised "no peaks ... profile with timing" (it was timed)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    r = profile(model, (32,), roofline=False, budget_s=0.05)
+    assert r.timed and r.peaks is None
+    with pytest.warns(ModelProfWarning, match=r"no roofline figure: .*roofline=False"):
+        written = r.export("png", tmp_path / "mlp.png")
+    assert [p.name for p in written] == ["mlp_flops.png", "mlp_latency.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp_flops.png", "mlp_latency.png"]
+    with pytest.raises(ModelProfError, match=r"no peaks .*: it was timed without .*roofline=False"):
+        r.plot_roofline()  # the reason named, not "profile with timing"
+    # a figure that fails to draw leaves none written: drawn first, then saved
+    r.plot_latency = lambda: (_ for _ in ()).throw(ModelProfError("drawing failed"))
+    with pytest.warns(ModelProfWarning), pytest.raises(ModelProfError, match="drawing failed"):
+        r.export("png", tmp_path / "again.png")
+    assert not list(tmp_path.glob("again*"))

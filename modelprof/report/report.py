@@ -148,6 +148,13 @@ class TimingResult:
     what_helps: Any = None  # what_helps=True: eager, CUDA graph, compiled (LatencyComparison)
 
 
+#: why a timed report has no peaks (as utilization() says it)
+_UNPROBED = (
+    "it was timed without the roofline's probe (profile(..., roofline=False), or a phase of "
+    "profile_generation, which does not probe)"
+)
+
+
 class Report(Exports):
     """Static cost and measured time of one model on one input, one row per module call.
 
@@ -590,11 +597,14 @@ class Report(Exports):
 
     def figures(self) -> list[tuple[str, Any]]:
         """The figures ``export("png", path)`` and ``modelprof profile --format png`` write, as
-        ``(name, draw)``: ``flops`` (:meth:`plot_flops`) always, ``latency`` and ``roofline``
-        (:meth:`plot_latency`, :meth:`plot_roofline`) when the report is timed."""
+        ``(name, draw)``: ``flops`` (:meth:`plot_flops`) always, ``latency``
+        (:meth:`plot_latency`) when the report is timed, ``roofline`` (:meth:`plot_roofline`)
+        when it has the peaks too (none with ``roofline=False``)."""
         drawn = [("flops", self.plot_flops)]
         if self.timed:
-            drawn += [("latency", self.plot_latency), ("roofline", self.plot_roofline)]
+            drawn += [("latency", self.plot_latency)]
+        if self.timed and self.peaks is not None:
+            drawn += [("roofline", self.plot_roofline)]
         return drawn
 
     def export_png(
@@ -602,7 +612,9 @@ class Report(Exports):
     ) -> list[Path]:
         """Write :meth:`figures` as ``<stem>_<name>.png`` (``path`` ``out/resnet18.png`` or
         ``out/resnet18``: ``out/resnet18_flops.png``...; a folder: the model's name in it), as
-        the command line's ``--format png`` does; returns the paths written."""
+        the command line's ``--format png`` does; returns the paths written (every figure is
+        drawn before any is written: one that fails leaves none). A timed report without the
+        roofline's peaks (``roofline=False``) writes no roofline, and a warning says so."""
         if view is not None or options:
             given = sorted(options) or ["view"]
             raise ModelProfError(
@@ -621,11 +633,16 @@ class Report(Exports):
             stem = stem / (re.sub(r"[^\w.+-]+", "_", self.display_name).strip("_") or "model")
         elif stem.suffix.lower() == ".png":
             stem = stem.with_suffix("")
-        written = []
-        for name, draw in self.figures():
-            written.append(stem.with_name(f"{stem.name}_{name}.png"))
-            save_figure(draw(), written[-1])
-        return written
+        if self.timed and self.peaks is None:
+            warn_user(
+                f"modelprof: export('png') writes no roofline figure: {_UNPROBED}, so it has no "
+                "peaks to draw it against",
+                ModelProfWarning,
+            )
+        drawn = {stem.with_name(f"{stem.name}_{name}.png"): draw() for name, draw in self.figures()}
+        for path_, fig in drawn.items():
+            save_figure(fig, path_)
+        return list(drawn)
 
     def _environment(self) -> dict[str, Any]:
         """What a raw export carries beside the table: the environment and the timing."""
@@ -757,10 +774,12 @@ class Report(Exports):
         """Each leaf call as a point under the device's roofline (the report's peaks, or
         ``peaks``). A view never measures: without peaks it says how to get them."""
         peaks = peaks or self.peaks
-        if peaks is None:
+        if peaks is None:  # timed without them: roofline=False was asked (as utilization says)
+            why = _UNPROBED if self.timed else "it was not timed (timing=False)"
             raise ModelProfError(
-                "this report has no peaks to draw the roofline against: profile with timing "
-                "(roofline=None probes the device), or pass peaks=modelprof.timing.peaks."
+                f"this report has no peaks to draw the roofline against: {why}; profile "
+                "with timing and roofline=None (which probes the device), or pass "
+                "peaks=modelprof.timing.peaks."
                 f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', "
                 f"{report_peak_dtype(self)!r})"
             )
