@@ -557,25 +557,33 @@ def test_the_backward_cpu_work_shows_where_said_and_keeps_its_place_in_latex():
     assert compact_compare_columns(frame) == shown
     frame.attrs["backward_by"] = "cpu_work"
     assert compact_compare_columns(frame) == [*shown[:2], "backward_cpu_work_x", shown[2]]
-    # ranked by CPU work too: the page keeps the whole step's figures, then the backward's CPU
-    # work before its wall clock, each once
+    # ranked by CPU work too: after params and MACs the page keeps the whole step's median,
+    # the backward's, the forward's, then the FLOPs, and the CPU work's medians (the
+    # backward's first) before the ranks and ratios, each once
     attrs = {"ranked_by": "cpu_work", "backward_by": "cpu_work"}
-    columns = """backward_latency_median_ms backward_latency_x backward_cpu_work_median_ms
-    backward_cpu_work_x step_latency_median_ms step_latency_x step_rank""".split()
-    order = _latex_priority(attrs, columns)
-    assert order[:8] == (
+    order = _latex_priority(attrs)
+    assert order[:10] == (
         "model",
+        "params",
+        "macs",
         "step_latency_median_ms",
-        "step_latency_x",
-        "step_rank",
+        "backward_latency_median_ms",
+        "latency_median_ms",
+        "ttft_ms",
+        "tpot_ms",
+        "end_to_end_ms",
+        "flops",
+    )
+    assert order[11:13] == ("backward_cpu_work_median_ms", "cpu_work_median_ms")
+    assert order.index("backward_cpu_work_x") < order.index("backward_latency_x")
+    assert len(order) == len(set(order))
+    # not said to be read: the CPU work's after every other column
+    assert _latex_priority({})[-4:] == (
+        "cpu_work_median_ms",
+        "cpu_work_x",
         "backward_cpu_work_median_ms",
         "backward_cpu_work_x",
-        "backward_latency_median_ms",
-        "backward_latency_x",
     )
-    assert len(order) == len(set(order))
-    # not said to be read: the backward's wall clock right after the step
-    assert _latex_priority({}, columns)[4:6] == ("backward_latency_median_ms", "backward_latency_x")
 
 
 def test_the_command_line_says_which_batch_size_is_rough(monkeypatch, tmp_path, capsys):

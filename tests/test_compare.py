@@ -432,14 +432,15 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     assert caption == (
         "\\caption{baseline resnet18; ratios: ratio of medians; rank (1 = lowest latency)}"
     )
-    # a column's width (229.5 pt) keeps model, median, ratio and rank: the MACs and the params
-    # go after the intervals (the verdict of a comparison before its counts)
+    # a column's width (229.5 pt) keeps a paper's efficiency table: model, params, MACs and the
+    # latency median (218 pt); the ratio and the rank go first (a paper author's comparison
+    # kept the ratios and the rank and dropped params and MACs)
     column = export_comparison(df, "latex", width="columnwidth")
     assert [h.partition(" (")[0] for h in latex_headers(column)] == [
         "model",
+        "params",
+        "MACs",
         "latency median",
-        "latency ratio",
-        "rank",
     ]
     # what made the timing less sure reaches the caption, so the paper table says it too
     text = compare_caption(
@@ -497,20 +498,20 @@ def test_a_tie_after_the_budget_ended_the_runs_says_a_larger_budget_may_order_th
 def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_times() -> None:
     from modelprof.render.comparison import compact_compare_columns, export_comparison
 
-    # ranked by CPU work (a loaded CPU): the notes say to quote cpu_work_x, so the page keeps
-    # the CPU work's median and ratio before the wall clock's (a newcomer's generation table
-    # kept ttft_x and dropped every CPU column)
+    # ranked by CPU work (a loaded CPU): the notes say to quote the CPU work, so a page keeps
+    # its median after the counts and the wall clock's, before the rank and any ratio (a
+    # newcomer's generation table kept ttft_x and dropped every CPU column; a paper author's
+    # kept the CPU work and the ratios and dropped params, MACs and FLOPs)
     df = _timed_frame().assign(cpu_work_median_ms=[50.1, 16.9], cpu_work_x=[1.0, 0.337])
     df.attrs["ranked_by"] = "cpu_work"
-    column = export_comparison(df, "latex", width="columnwidth")
-    # 229.5 pt (in \footnotesize) keeps the CPU's median and ratio, not the wall clock's ratio
-    heads = latex_headers(column)
-    assert "CPU work median (ms)" in heads and "CPU work ratio ($\\times$)" in heads
-    assert "latency ratio ($\\times$)" not in heads
-    # not ranked at all (too few runs): nothing is quoted by rank, the usual order stands
+    page = [h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex"))]
+    # 305 pt of 345: the ratios (CPU work's 55 pt, latency's 42 pt with the 5 % margin) do
+    # not fit in the 40 pt left
+    assert page == ["model", "params", "MACs", "latency median", "CPU work median", "rank"]
+    # not ranked at all (too few runs): the CPU work goes after every other column
     df.attrs["unranked"] = "cannot rank the models: too few runs for an interval (a n=1)"
-    unranked = export_comparison(df, "latex", width="columnwidth")
-    assert {"latency median (ms)", "latency ratio ($\\times$)"} <= set(latex_headers(unranked))
+    page = [h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex"))]
+    assert page == ["model", "params", "MACs", "latency median", "latency ratio", "rank"]
     # a training step's comparison shows its backward and whole-step times and the backward's
     # ratio among the compact columns (they were in the frame only)
     step = _timed_frame().assign(
@@ -528,18 +529,19 @@ def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_t
     page = [h.partition(" (")[0] for h in latex_headers(export_comparison(step, "latex"))]
     assert page == [
         "model",
-        "latency median",
+        "params",
+        "MACs",
         "backward latency median",
-        "backward latency ratio",
         "step latency median",
-    ]  # (params, MACs and the forward's ratio went first)
+        "rank",
+    ]  # (the forward's median and the ratios went first: 344 pt of 345 kept)
 
 
 def test_a_latex_table_ranked_by_cpu_work_keeps_the_headline_figures_before_intervals() -> None:
     # a newcomer's loaded comparison kept the model, the CPU work's median, ratio and its two
     # interval bounds, dropping the latency, the counts and the rank: ranked by CPU work, the
-    # page keeps its median and ratio first, then the wall clock's, the counts and the rank,
-    # and only then any interval
+    # page keeps the counts, the wall clock's median and the CPU work's, the rank, and only
+    # then any interval
     from modelprof.render.comparison import export_comparison
 
     df = _timed_frame(ranked_by_why="the machine was loaded")
@@ -547,8 +549,53 @@ def test_a_latex_table_ranked_by_cpu_work_keeps_the_headline_figures_before_inte
     df["cpu_work_median_ms"], df["cpu_work_x"] = [40.0, 12.0], [1.0, 0.3]
     df["cpu_work_x_ci_low"], df["cpu_work_x_ci_high"] = [1.0, 0.29], [1.0, 0.31]
     kept = [h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex"))]
-    assert {"CPU work median", "CPU work ratio", "latency median", "rank"} <= set(kept)
+    assert {"params", "MACs", "CPU work median", "latency median", "rank"} <= set(kept)
     assert not any("CI" in h for h in kept)
+
+
+def test_a_paper_table_of_three_models_keeps_params_macs_flops_and_the_latency() -> None:
+    # a paper author's loaded comparison of resnet18, mobilenet_v3_small and a 4-layer ViT at
+    # 224 (their numbers): LaTeX kept the latency, CPU work, both ratios and the rank (322 pt
+    # of 345) and dropped params, MACs and FLOPs, the point of an efficiency table
+    from modelprof.render.comparison import export_comparison
+
+    names = ["resnet18", "mobilenet_v3_small", "vit_tiny"]
+    counts = pd.DataFrame(
+        {
+            "input_shape": ["1x3x224x224"] * 3,
+            "params": [11_689_512, 2_542_856, 2_158_504],
+            "macs": [1_814_073_344, 56_510_400, 437_289_984],
+            "flops": [3_642_773_992, 120_601_496, 882_103_024],
+            "params_x": [1.0, 0.218, 0.185],
+            "macs_x": [1.0, 0.031, 0.241],
+        },
+        index=pd.Index(names, name="model"),
+    )
+    counts.attrs["baseline"] = "resnet18"
+    timed = counts.assign(
+        latency_median_ms=[79.136, 12.918, 27.568],
+        latency_ci_low_ms=[72.272, 10.944, 25.363],
+        latency_ci_high_ms=[92.781, 15.041, 30.753],
+        cpu_work_median_ms=[39.866, 6.211, 14.106],
+        latency_x=[1.0, 0.163, 0.348],
+        latency_x_ci_low=[1.0, 0.13, 0.321],
+        latency_x_ci_high=[1.0, 0.204, 0.378],
+        cpu_work_x=[1.0, 0.156, 0.354],
+        rank=[3, 1, 2],
+    )
+    timed.attrs.update(baseline="resnet18", ranked_by="cpu_work")
+
+    def page(df: pd.DataFrame, width: str) -> list[str]:
+        return [
+            h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex", width=width))
+        ]
+
+    paper = ["model", "params", "MACs", "FLOPs", "latency median", "CPU work median"]
+    assert page(timed, "textwidth") == paper  # the ratios and the rank went
+    # 229.5 pt: the latency median before the FLOPs
+    assert page(timed, "columnwidth") == ["model", "params", "MACs", "latency median"]
+    # untimed: the counts, FLOPs before any ratio (the column width kept the MACs ratio)
+    assert page(counts, "columnwidth") == ["model", "params", "MACs", "FLOPs"]
 
 
 @pytest.mark.parametrize("timing", [False, True])

@@ -56,15 +56,17 @@ _TIMED_RATIOS = frozenset(r.removesuffix("_rough") for r in _ROUGH_RATIO_COLUMNS
 
 _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.split("_"))
 
-# LaTeX keeps these longest when a comparison must lose columns to fit the page
+# LaTeX keeps these longest when a comparison must lose columns to fit the page: a paper's
+# efficiency table's params and MACs, the medians (a training step's whole step and backward
+# before its forward's), the FLOPs, the ranks, the ratios, then the intervals and the rest
 _LATEX_PRIORITY = default_priority(
-    """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
-    backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
-    step_latency_x rank step_rank params macs latency_ci_low_ms latency_ci_high_ms
-    latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high macs_x params_x fps
-    throughput_samples_per_s throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x
-    ttft_cpu_x tpot_cpu_x tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low
-    tpot_x_ci_high"""
+    """model params macs step_latency_median_ms backward_latency_median_ms latency_median_ms
+    ttft_ms tpot_ms end_to_end_ms flops step_flops backward_cpu_work_median_ms
+    cpu_work_median_ms step_rank rank step_latency_x backward_cpu_work_x backward_latency_x
+    cpu_work_x latency_x ttft_x tpot_x ttft_cpu_x tpot_cpu_x latency_ci_low_ms
+    latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high
+    macs_x params_x fps throughput_samples_per_s throughput_x tokens_per_s ttft_x_ci_low
+    ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high"""
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
@@ -72,25 +74,17 @@ RATIO_NOTE_SHORT = "ratios: ratio of medians"
 RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
 
 
-#: a training comparison's (backward=True) own figures, kept before the forward's: the whole
-#: step's, then its backward's (the backward's CPU work first where its note says to read it)
-_STEP_FIRST = ("step_latency_median_ms", "step_latency_x", "step_rank")
-_BACKWARD_FIRST = ("backward_latency_median_ms", "backward_latency_x")
+def _latex_priority(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """:data:`_LATEX_PRIORITY`, with the CPU work's median and ratio in their place (each beside
+    the wall clock's) where the table ranks by them (its notes tell the reader to quote them),
+    the backward's where its note says to read it; after every other column elsewhere."""
+    said = {"": attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked")}
+    said["backward_"] = attrs.get("backward_by") == "cpu_work"
+    unsaid = [f"{phase}{c}" for phase, read in said.items() if not read for c in _CPU_FIGURES]
+    return (*(c for c in _LATEX_PRIORITY if c not in unsaid), *unsaid)
 
 
-def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> tuple[str, ...]:
-    """:data:`_LATEX_PRIORITY`, the CPU work's median and ratio first where the table ranks by
-    them (its notes tell the reader to quote them: the page keeps them longest), a training step's
-    figures first where ``columns`` has them (its backward's CPU work among them where its
-    note says to read it)."""
-    backward = _BACKWARD_FIRST
-    if attrs.get("backward_by") == "cpu_work":
-        backward = ("backward_cpu_work_median_ms", "backward_cpu_work_x", *backward)
-    first = [c for c in (*_STEP_FIRST, *backward) if c in columns]
-    if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):  # its figures
-        # first, the wall clock's and the counts' next, before any interval
-        first += [c for c in ("cpu_work_median_ms", "cpu_work_x") if c not in first]
-    return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
+_CPU_FIGURES = ("cpu_work_median_ms", "cpu_work_x")
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -385,7 +379,7 @@ def export_comparison(
         columns = _default_columns(df) if columns is None or compact else columns
         shown = _shown(df, columns)  # the caption speaks of the columns the table shows
         if fmt.name == "latex":  # (those the page keeps)
-            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
+            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown, df.get("input_shape")) or None
         legend = compare_legend(df.attrs, shown)
@@ -397,7 +391,7 @@ def export_comparison(
         else:
             df, columns = _rank_said(df, columns)
         given = given.with_defaults(
-            view, caption=caption, title=caption, priority=_latex_priority(df.attrs, df.columns)
+            view, caption=caption, title=caption, priority=_latex_priority(df.attrs)
         )
         if legend and given.caption not in (None, caption) and legend not in given.caption:
             # a caption of the user's own keeps what the rank follows and what is rough
