@@ -863,6 +863,35 @@ def test_a_meta_autocast_failure_names_the_torch_that_cannot(monkeypatch) -> Non
     assert compat.meta_failure_hint(failure, meta) == ""
 
 
+class _TakesIds(nn.Module):
+    def forward(self, ids: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        batch, length = ids.shape  # a 3-D tensor: "too many values to unpack"
+        return ids * scale
+
+
+class _PassesIds(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embeddings = _TakesIds()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embeddings(ids=x, scale=2.0)
+
+
+def test_call_kwargs_reads_a_failed_call_s_keywords() -> None:
+    # BertEmbeddings takes input_ids= by keyword: a failure in it was described as "input no
+    # tensors", the hooks having seen its positional inputs alone
+    model, x = _PassesIds(), torch.zeros(1, 3, 4)
+    try:
+        model(x)
+    except ValueError as e:
+        assert compat.call_kwargs(e, model.embeddings) == {"ids": x, "scale": 2.0}
+        assert compat.call_kwargs(e, model) == {}  # called positionally
+    with pytest.raises(ModelProfError) as err:
+        profile(model, inputs=x, timing=False)
+    assert "in module 'embeddings' (_TakesIds, input ids=1x3x4); running" in str(err.value)
+
+
 def test_meta_autocast_answers_what_torch_does() -> None:
     try:
         with torch.autocast("meta", enabled=False):

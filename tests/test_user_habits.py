@@ -260,3 +260,32 @@ def test_a_tensor_without_its_batch_gets_a_hint() -> None:
     with pytest.raises(ModelProfError) as err:
         profile(model, inputs=torch.randn(1, 4, 8, 8), timing=False)
     assert "\nhint:" not in str(err.value)
+
+
+def test_a_dtype_mismatch_says_both_dtypes_and_dtype_fixes_it() -> None:
+    # a bfloat16 model fed float32 (and a float32 one fed float64) got torch's bare "Input type
+    # ... and weight type ... should be the same"; now the two dtypes and the fix
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3))
+    for model, x, want, got in (
+        (conv.to(torch.bfloat16), torch.randn(1, 3, 8, 8), "bfloat16", "float32"),
+        (nn.Sequential(nn.Conv2d(3, 4, 3)), torch.randn(1, 3, 8, 8).double(), "float32", "float64"),
+    ):
+        with pytest.raises(ModelProfError) as err:
+            profile(model, x, timing=False)
+        assert (
+            f"\nhint: the inputs are {got} and the model's parameters {want}: pass "
+            f"dtype=torch.{want}"
+        ) in str(err.value)
+        # the fix it names runs: 6 x 6 x 4 outputs x 27 = 3,888 MACs
+        assert profile(model, x, dtype=getattr(torch, want), timing=False).totals["macs"] == 3_888
+
+
+def test_batch_norm_at_batch_one_in_a_training_step_hints_the_batch() -> None:
+    # backward=True trains: BatchNorm1d refuses one value per channel, with no word of why
+    model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+    with pytest.raises(ModelProfError) as err:
+        profile(model, (16,), backward=True, timing=False)
+    assert "in train mode" in str(err.value) and "pass batch_size=2 or more" in str(err.value)
+    # at batch 2 it runs: 2 x (16 x 32 + 32 x 4) = 1,280 MACs in the Linear layers' forward
+    r = profile(model, (16,), batch_size=2, backward=True, timing=False)
+    assert r.totals["macs"] == 1_280

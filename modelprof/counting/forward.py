@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -213,22 +214,51 @@ def _valueless_hint(e: Exception, inputs: ModelInputs, modules: Any) -> str:
     )  # fmt: skip
 
 
+def _mode_or_dtype_hint(e: Exception, model: Any, inputs: ModelInputs) -> str:
+    """What a forward needed that refused a batch of one in train mode (batch norm's statistics
+    over the batch) or inputs of a floating dtype not its parameters'."""
+    if "more than 1 value per channel when training" in str(e):
+        return (
+            "\nhint: a training step (backward=True) runs the model in train mode, where batch "
+            "norm takes its statistics over the batch and needs more than one value per channel: "
+            "pass batch_size=2 or more (inputs given as tensors: a batch of 2 or more)"
+        )
+    held = {p.dtype for p in model.parameters() if p.is_floating_point()} if model else set()
+    given = {t.dtype for t in iter_tensors((inputs.args, inputs.kwargs)) if t.is_floating_point()}
+    said = re.search(r"dtype|scalar type|Input type", str(e))
+    if len(held) != 1 or not given or given == held or said is None:
+        return ""
+    want = str(next(iter(held))).removeprefix("torch.")
+    got = " and ".join(sorted(str(d).removeprefix("torch.") for d in given))
+    return (
+        f"\nhint: the inputs are {got} and the model's parameters {want}: pass "
+        f"dtype=torch.{want} (it casts the floating inputs, and parameters, to it), or cast the "
+        "inputs or the model to match"
+    )
+
+
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
     where, hint = "before any module ran", ""
     if running:
         inner = running[-1]
-        shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
+        module = next((m for m, n in tracker.names.items() if n == inner.name), None)
+        # the hooks saw its positional inputs; its keyword ones (BertEmbeddings' input_ids=)
+        keywords = compat.call_kwargs(e, module) if module is not None else {}
+        shapes = [
+            *("x".join(map(str, s)) for s in inner.input_shapes),
+            *(f"{k}={shape_str(v)}" for k, v in keywords.items() if shape_str(v)),
+        ]
         path = module_path([r.name for r in running])
         where = (
-            f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
+            f"in module {inner.name or '(root)'!r} ({inner.type}, input "
+            f"{', '.join(shapes) or 'no tensors'}); running: {path}"
         )
-        module = next((m for m, n in tracker.names.items() if n == inner.name), None)
         hint = _embedding_hint(e, module, inputs)
-        if not inner.input_shapes:  # the module that failed was given no tensor: the ints?
+        if not shapes:  # the module that failed was given no tensor: the ints?
             hint = shape_as_inputs_hint(e, inputs.args, inputs.kwargs) or hint
     root = next((m for m, n in tracker.names.items() if n == ""), None)
-    hint = hint or unread_key_hint(root, inputs.kwargs)
+    hint = hint or unread_key_hint(root, inputs.kwargs) or _mode_or_dtype_hint(e, root, inputs)
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (

@@ -37,6 +37,7 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "call_kwargs",
     "call_layout",
     "compile_in_place_like",
     "compiled_in_place",
@@ -303,6 +304,19 @@ def forget_global_hook(handle: Any) -> None:
     """Drop a removed global forward hook from the ``with_kwargs`` registry, which
     ``RemovableHandle.remove`` leaves behind (torch 2.6-2.14; none before)."""
     getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(handle.id, None)
+
+
+def call_kwargs(error: BaseException, module: Any) -> dict[str, Any]:
+    """The keyword arguments ``module`` was called with, read from the frame of its
+    ``Module._call_impl`` in the traceback of ``error`` raised inside it (an always-call forward
+    hook is not given them when the forward raises): torch 2.4-2.14; {} where none is found."""
+    tb, found = error.__traceback__, {}
+    while tb is not None:  # outermost first: the innermost call of ``module`` wins
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "_call_impl" and frame.f_locals.get("self") is module:
+            found = frame.f_locals.get("kwargs") or {}
+        tb = tb.tb_next
+    return found if isinstance(found, dict) else {}
 
 
 def fast_range(name: str) -> Any:
