@@ -647,6 +647,14 @@ class _Context:
 
         loaded = load_spec(spec, trust_pickle=self.args.trust_pickle)
         given = self.input_size is not None or self.input_specs or self.tokens is not None
+        model = loaded.model
+        if loaded.size_defaulted and not given and _takes_token_ids(model):
+            raise ModelProfError(
+                f"{spec}: {type(model).__name__} is a transformers model that takes token ids "
+                f"({model.main_input_name}) and {loaded.size_defaulted}: pass --tokens N (the "
+                "sequence length, e.g. --tokens 128) or its inputs with --input, not the "
+                f"{_shape_text(loaded.input_size)} image it would be given"
+            )
         if loaded.size_defaulted and not given and self.speaker:
             print(
                 f"{PROG}: note: {loaded.size_defaulted}: its input is taken as "
@@ -877,6 +885,12 @@ def _rebatched(inputs: Any, batch: int) -> Any:
     return map_tensors(
         inputs, lambda t: batch_rows(t, batch) if t.dim() > 0 and t.shape[0] == recorded else t
     )
+
+
+def _takes_token_ids(model: Any) -> bool:
+    """A transformers model whose main input is ``input_ids`` (BertModel, not ResNetModel)."""
+    hf = type(model).__module__.startswith("transformers.")
+    return hf and getattr(model, "main_input_name", None) == "input_ids"
 
 
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:

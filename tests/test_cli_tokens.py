@@ -59,6 +59,26 @@ def test_tokens_profile_a_bert_factory(lm: Path, capsys: pytest.CaptureFixture) 
     assert "MACs 296,960" in out  # 131072 + 32768 + 131072 + 2048
 
 
+def test_a_transformers_factory_without_tokens_is_refused_up_front(
+    lm: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # it was fed the default 3x224x224 floats and failed in BertEmbeddings with no hint
+    for command in (["profile", f"{lm}:bert", "--no-timing"], ["compare", f"{lm}:gpt2"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "is a transformers model that takes token ids (input_ids)" in err
+        assert "pass --tokens N" in err and "forward pass failed" not in err
+    # a transformers model that takes an image runs on the default size as before
+    f = tmp_path / "vision.py"
+    f.write_text(
+        "from transformers import ResNetConfig, ResNetModel\n"
+        "def resnet():\n"
+        "    return ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8], depths=[1]))\n"
+    )
+    assert main(["profile", f"{f}:resnet", "--no-timing"]) == 0
+    assert "sets no INPUT_SIZE: its input is taken as 3x224x224" in capsys.readouterr().err
+
+
 def test_named_inputs_profile_a_gpt2_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:
     assert (
         main(
