@@ -893,13 +893,34 @@ def _takes_token_ids(model: Any) -> bool:
     return hf and getattr(model, "main_input_name", None) == "input_ids"
 
 
+#: a train-mode BatchNorm's hint at batch 1 (counting.forward), as the command line says it
+_TRAIN_BATCH_WORDS = (
+    ("(backward=True)", "(--backward)"),
+    (
+        "batch_size=2 or more (inputs given as tensors: a batch of 2 or more)",
+        "--batch-size 2 or more",
+    ),
+)
+
+
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
-    """``error`` with profile()'s batch hint in the command line's words (``--input-size``)."""
-    shapes = getattr(error, "batch_hint", None)
-    if not shapes or ctx.args.input_size is None:
-        return error
+    """``error`` with profile()'s batch hint in the command line's words (``--input-size``,
+    ``--batch-size``, ``--backward``)."""
+    shapes, made = getattr(error, "batch_hint", None), getattr(error, "unbatched", None)
+    if not (shapes or made) or ctx.args.input_size is None:
+        text = str(error)
+        for python, flag in _TRAIN_BATCH_WORDS:
+            text = text.replace(python, flag)
+        return error if text == str(error) else ModelProfError(text)
     text = str(error).split("\nhint:")[0]
     given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
+    if made:
+        return ModelProfError(
+            f"{text}\nhint: --input-size holds every dimension but the batch (--batch-size sets "
+            f"it): {given} gave the model {made}, which the convolution read as one unbatched "
+            "input (a dimension short): give every dimension but the batch (an image's "
+            "channels,height,width, e.g. --input-size 3,224,224)"
+        )
     fixed = " ".join(f"--input-size {','.join(map(str, s[1:]))}" for s in shapes)
     return ModelProfError(
         f"{text}\nhint: --input-size excludes the batch dimension (--batch-size sets it): {given} "

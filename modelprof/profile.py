@@ -379,12 +379,14 @@ def _batch_hint(input_size: Any, mi: ModelInputs, model: Any, inputs: Any = None
             else []
         )
         if shapes and _read_unbatched(e, mi):
-            raise ModelProfError(
+            short = ModelProfError(
                 f"{e}\nhint: input_size holds every dimension but the batch: "
                 f"{brief(input_size)} gave the model {mi.shapes()}, which the convolution read "
                 "as one unbatched input (a dimension short): pass every dimension but the "
                 "batch (an image's (channels, height, width), e.g. (3, 224, 224))"
-            ) from e.__cause__
+            )
+            short.unbatched = mi.shapes()  # the command line words it for --input-size
+            raise short from e.__cause__
         if (
             not any(len(s) >= 2 for s in shapes)
             or not getattr(e, "in_forward", False)

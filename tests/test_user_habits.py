@@ -120,6 +120,14 @@ def test_cli_size_with_the_batch_gets_a_hint(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert "conv2d" in err  # the model's own error stays
     assert "pass --input-size 3,8,8 --batch-size 1" in err
+    # a size a dimension short was hinted in the Python API's words, "(3, 224, 224)"
+    assert main(["profile", f"{f}:build", "--input-size", "3x8", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "\nhint: --input-size holds every dimension but the batch (--batch-size sets it): "
+        "--input-size 3x8 gave the model 1x3x8, which the convolution read"
+    ) in err
+    assert "e.g. --input-size 3,224,224)" in err and "input_size" not in err
 
 
 def test_no_hint_when_the_failure_is_not_about_the_batch() -> None:
@@ -289,3 +297,21 @@ def test_batch_norm_at_batch_one_in_a_training_step_hints_the_batch() -> None:
     # at batch 2 it runs: 2 x (16 x 32 + 32 x 4) = 1,280 MACs in the Linear layers' forward
     r = profile(model, (16,), batch_size=2, backward=True, timing=False)
     assert r.totals["macs"] == 1_280
+
+
+def test_cli_batch_norm_at_batch_one_is_hinted_in_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # --backward at the default batch 1: the hint names the flags, not backward=/batch_size=
+    f = tmp_path / "mlp.py"
+    f.write_text(
+        "from torch import nn\nINPUT_SIZE = (16,)\n"
+        "def build():\n    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32))\n"
+    )
+    assert main(["profile", f"{f}:build", "--backward", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert "a training step (--backward) runs the model in train mode" in err
+    assert err.rstrip().endswith("pass --batch-size 2 or more") and "batch_size=" not in err
+    assert main(["profile", f"{f}:build", "--backward", "--no-timing", "--batch-size", "2"]) == 0
+    # 2 x 16 x 32 = 1,024 MACs in the Linear (the BatchNorm1d's read none in MACs)
+    assert "MACs 1,024" in capsys.readouterr().out
