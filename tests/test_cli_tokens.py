@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof import token_inputs
+from modelprof import profile, token_inputs
 from modelprof.cli import main, parse_input_arg
 from modelprof.errors import ModelProfError
+from modelprof.models import load_spec
 from modelprof.runtime import compat
 from modelprof.runtime.inputs import vocab_size
 
@@ -77,6 +78,16 @@ def test_a_transformers_factory_without_tokens_is_refused_up_front(
     )
     assert main(["profile", f"{f}:resnet", "--no-timing"]) == 0
     assert "sets no INPUT_SIZE: its input is taken as 3x224x224" in capsys.readouterr().err
+
+
+def test_a_transformers_text_model_given_floats_is_told_to_take_token_ids(lm: Path) -> None:
+    # profile(bert, (3, 224, 224)) failed inside BertEmbeddings, which no nn.Embedding hint
+    # reached (the unpacking of its input's shape failed first)
+    with pytest.raises(ModelProfError) as err:
+        profile(load_spec(f"{lm}:bert").model, (3, 8, 8), timing=False)
+    assert "(BertModel takes integer token ids, and every input here is floating point" in str(
+        err.value
+    )
 
 
 def test_named_inputs_profile_a_gpt2_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:

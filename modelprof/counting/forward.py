@@ -182,22 +182,22 @@ def refuse_lazy(lazy: list[str], what: str = "parameters or buffers") -> None:
         )
 
 
-def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs) -> str:
-    """What an ``nn.Embedding`` that refused its input needed: integer ids below its rows."""
-    if not isinstance(module, nn.Embedding):
-        return ""
-    rows = module.num_embeddings
+def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs, model: Any) -> str:
+    """What an ``nn.Embedding`` that refused its input needed: integer ids below its rows; a
+    ``model`` whose main input is ``input_ids`` (a transformers text model), given floats: ids."""
     ids = [t for t in iter_tensors((inputs.args, inputs.kwargs)) if not t.is_floating_point()]
-    if not ids:
+    embeds = isinstance(module, nn.Embedding)
+    if not ids and (embeds or getattr(model, "main_input_name", None) == "input_ids"):
         return (
-            " (an Embedding takes integer token ids, and every input here is floating point: "
+            f" ({'an Embedding' if embeds else type(model).__name__} takes integer token ids, "
+            "and every input here is floating point: "
             "for a language model pass inputs=modelprof.token_inputs(model, seq_len), "
             "--tokens N on the command line, or tokens = N in a sweep's grid)"
         )
     dense = [t for t in ids if t.numel() and t.layout == torch.strided]
-    if isinstance(e, IndexError) and dense and inputs.device.type != "meta":
+    if embeds and isinstance(e, IndexError) and dense and inputs.device.type != "meta":
         top = max(int(t.max()) for t in dense)
-        return f" (the Embedding has {rows} rows; the integer inputs reach {top})"
+        return f" (the Embedding has {module.num_embeddings} rows; the integer inputs reach {top})"
     return ""
 
 
@@ -240,6 +240,7 @@ def _mode_or_dtype_hint(e: Exception, model: Any, inputs: ModelInputs) -> str:
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
     where, hint = "before any module ran", ""
+    root = next((m for m, n in tracker.names.items() if n == ""), None)
     if running:
         inner = running[-1]
         module = next((m for m, n in tracker.names.items() if n == inner.name), None)
@@ -254,10 +255,9 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
             f"in module {inner.name or '(root)'!r} ({inner.type}, input "
             f"{', '.join(shapes) or 'no tensors'}); running: {path}"
         )
-        hint = _embedding_hint(e, module, inputs)
+        hint = _embedding_hint(e, module, inputs, root)
         if not shapes:  # the module that failed was given no tensor: the ints?
             hint = shape_as_inputs_hint(e, inputs.args, inputs.kwargs) or hint
-    root = next((m for m, n in tracker.names.items() if n == ""), None)
     hint = hint or unread_key_hint(root, inputs.kwargs) or _mode_or_dtype_hint(e, root, inputs)
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
