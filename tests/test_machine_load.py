@@ -32,8 +32,10 @@ from modelprof.timing.clock import thread_share
 from modelprof.timing.measurement import (
     CPU_ONE_THREAD_SHARE,
     LOADED_COMPETING_CORES,
+    SHARED_CORE_WALL_OVER_CPU,
     Measurement,
     load_stretch,
+    unquotable,
 )
 
 # fields: user nice system idle iowait irq softirq steal guest guest_nice
@@ -565,3 +567,52 @@ def test_a_loaded_training_comparison_on_one_thread_advises_no_thread_count(
     assert any(n.startswith("ranked by latency on a loaded machine") for n in loaded)
     for note in loaded:
         assert "set_num_threads" not in note and note.endswith("time again on a quieter machine")
+
+
+def test_a_wall_far_above_the_cpu_beside_a_core_of_other_work_quotes_cpu_work_on_condition(
+    monkeypatch, one_thread
+):
+    # a trial's 5 ms sleep on a 2-core VM beside a core of other work read "loaded (wall/CPU
+    # 74.62: the work waited for a core) ... quote the CPU work, median 68.71 us", 1/75 of its
+    # latency: from a whole core of other work on, load can stretch any wall/CPU
+    # (load_stretch is unbounded), so it is not `waited`; but above SHARED_CORE_WALL_OVER_CPU
+    # (4: three busy threads queued on its core throughout) a wait explains it as well, and the
+    # CPU work is quoted only if the work waits on nothing but a core
+    clock = install(monkeypatch)
+    monkeypatch.setattr(MachineShare, "competing_cores", property(lambda self: 1.03))
+    monkeypatch.setattr(MachineShare, "margin", property(lambda self: 0.0))
+
+    class Sleep(torch.nn.Module):
+        def forward(self, x):
+            clock.advance(0.05)  # 50 us of CPU work (and of wall)
+            clock.wall_ns += 5_000_000  # then a 5 ms sleep: wall alone
+            return x
+
+    def measured(model: torch.nn.Module) -> tuple[Measurement, str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = measure_latency(model, inputs=torch.ones(1), repeat=12, warmup=1)
+        loaded = [str(w.message) for w in caught if issubclass(w.category, LoadedMachineWarning)]
+        assert len(loaded) == 1
+        return m, loaded[0]
+
+    sleep, text = measured(Sleep())
+    # wall/CPU = (0.05 + 5) / 0.05 = 101 per call, above 4: a wait explains it as well as load
+    assert SHARED_CORE_WALL_OVER_CPU == 4.0 and sleep.wall_over_cpu == pytest.approx(101.0)
+    assert sleep.loaded and not sleep.waited and sleep.cpu_holds and sleep.wait_unclear
+    assert "quote the CPU work, median" not in text
+    assert (
+        "the CPU work, median 50.00 us (thread_time), is the work's only if the work waits on "
+        "nothing but a core (no sleep, I/O, other thread or device): its wall/CPU 101.00 is "
+        "above the 4 that sharing cores usually explains" in text
+    )
+    assert "or on other work (a sleep, I/O, another thread, a device)" in sleep.load_reason
+    assert unquotable(sleep) == [
+        "the machine was loaded (quote the CPU work only if it waits on nothing but a core)"
+    ]
+    # the same load stretching a 1 ms CPU-bound spin 2x (a core shared with one busy thread):
+    # its CPU work is quoted outright, as before
+    busy, text = measured(hit_and_spared(clock, ms=1.0, factor=2.0)["hit"])
+    assert busy.wall_over_cpu == pytest.approx(2.0) and busy.cpu_holds and not busy.wait_unclear
+    assert "quote the CPU work, median 1.000 ms (thread_time)" in text and "only if" not in text
+    assert unquotable(busy) == ["the machine was loaded (quote the CPU work)"]

@@ -24,7 +24,9 @@ Conventions, stated once:
   took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed; a wall
   that high beyond what that other work can stretch (:func:`load_stretch`) is ``waited``
   instead (the caller waited on another thread, a sleep or a device), and its CPU time is not
-  the work's; ``competing_cores_margin``: how far ``/proc/stat``'s ticks can move a reading
+  the work's; above ``SHARED_CORE_WALL_OVER_CPU`` it can still stretch, a wait explains the wall
+  as well (``wait_unclear``): the CPU work is then quoted only on that condition;
+  ``competing_cores_margin``: how far ``/proc/stat``'s ticks can move a reading
   over a short window (under ``MIN_SHARE_S``), which counts as load only beyond it;
 * ``sm_clock_mhz``: on CUDA, the GPU's SM clock read after each block (``runtime.env``); a clock
   that moved by more than ``CLOCK_MOVED_FRACTION`` between blocks (``clock_moved``) warns once;
@@ -68,6 +70,7 @@ __all__ = [
     "CPU_ONE_THREAD_SHARE",
     "LOADED_COMPETING_CORES",
     "LOADED_WALL_OVER_CPU",
+    "SHARED_CORE_WALL_OVER_CPU",
     "load_stretch",
     "median_ci_ranks",
     "quieter_machine",
@@ -91,6 +94,13 @@ LOADED_COMPETING_CORES = 0.25
 CLOCK_MOVED_FRACTION = 0.05
 #: A process's CPU time is one thread's work when the calling thread did this share of it.
 CPU_ONE_THREAD_SHARE = 0.9
+#: The most wall/CPU that sharing cores usually explains, read or not by what the other work can
+#: stretch (:func:`load_stretch`, unbounded from a whole core of it on): Linux shares a core
+#: fairly, so a thread that waits for nothing but a core runs at least 1/(m + 1) of the time
+#: beside m other runnable threads, and 4x needs three of them queued on its core throughout.
+#: Above it a sleep, I/O, another thread or a device explains the wall as well as load does
+#: (``wait_unclear``): the CPU work stands for the work only if the work waits on nothing else.
+SHARED_CORE_WALL_OVER_CPU = 4.0
 
 # the attributes ``to_dict`` and ``stats`` give, in order
 _METADATA = (
@@ -429,9 +439,20 @@ class Measurement:
         return waited(self.wall_over_cpu, self.competing_cores, self.competing_cores_margin)
 
     @property
+    def wait_unclear(self) -> bool:
+        """A wall/CPU above ``SHARED_CORE_WALL_OVER_CPU`` that the other work read could still
+        stretch (not ``waited``; from a whole core of it on, any): a sleep, I/O, another thread
+        or a device explains it as well, so the CPU work is the work's only where the work
+        waits on nothing but a core (a 5 ms sleep beside a core of other work read wall/CPU
+        74.62, and was told to quote its 68.71 us of CPU work)."""
+        return not self.waited and self.wall_over_cpu > SHARED_CORE_WALL_OVER_CPU
+
+    @property
     def load_reason(self) -> str:
         """What showed the load, in words ("" when not ``loaded``)."""
         wall = "wall/CPU {:.2f}: the work waited for a core"
+        if self.wait_unclear:
+            wall += ", or on other work (a sleep, I/O, another thread, a device)"
         return load_reason(
             self.wall_over_cpu, self.competing_cores, wall, self.competing_cores_margin
         )
@@ -525,6 +546,14 @@ class Measurement:
             f"{format_ms(self.median_ms)} moved with the machine's load and another run will "
             "read otherwise; "
         )
+        if self.cpu_holds and self.wait_unclear:
+            return text + (
+                f"the CPU work, median {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), is "
+                "the work's only if the work waits on nothing but a core (no sleep, I/O, other "
+                f"thread or device): its wall/CPU {self.wall_over_cpu:.2f} is above the "
+                f"{SHARED_CORE_WALL_OVER_CPU:g} that sharing cores usually explains; then quote "
+                "it, which waiting for a core cannot stretch, else time again on a quieter machine"
+            )
         if self.cpu_holds:
             return text + (
                 f"quote the CPU work, median {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), "
@@ -816,7 +845,8 @@ def unquotable(m: Measurement) -> list[str]:
     end-to-end row, its summary, a utilization phase's ``time_rough``), as ``compare`` does."""
     reasons = []
     if m.loaded:
-        reasons.append("the machine was loaded (quote the CPU work)")
+        only = " only if it waits on nothing but a core" if m.wait_unclear else ""
+        reasons.append(f"the machine was loaded (quote the CPU work{only})")
     if m.undersampled:
         reasons.append(f"too few runs (n={m.n})")
     return reasons
