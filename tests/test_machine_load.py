@@ -616,3 +616,22 @@ def test_a_wall_far_above_the_cpu_beside_a_core_of_other_work_quotes_cpu_work_on
     assert busy.wall_over_cpu == pytest.approx(2.0) and busy.cpu_holds and not busy.wait_unclear
     assert "quote the CPU work, median 1.000 ms (thread_time)" in text and "only if" not in text
     assert unquotable(busy) == ["the machine was loaded (quote the CPU work)"]
+
+
+def test_a_loaded_figure_whose_cpu_work_does_not_hold_names_none_to_quote() -> None:
+    # 2 threads' process CPU time, the caller's share 0.5 (< CPU_ONE_THREAD_SHARE 0.9): several
+    # threads' work, which load stretches too; and a run whose CPU time was not read at all.
+    # Both loaded by 1.5 cores of other work; neither has a CPU work to quote, so the reason a
+    # report, a sweep or a comparison gives must not say "quote the CPU work"
+    wall = [5.0, 5.1, 5.2, 5.0, 5.1, 5.3]
+    threads = Measurement(
+        wall,
+        cpu_ms=[2.5, 2.5, 2.6, 2.5, 2.5, 2.6],
+        cpu_clock="process_time",
+        cpu_thread_share=0.5,
+        competing_cores=1.5,
+    )
+    unread = Measurement(wall, competing_cores=1.5)
+    for m in (threads, unread):
+        assert m.loaded and not m.cpu_holds
+        assert unquotable(m) == ["the machine was loaded (no CPU work to quote)"]

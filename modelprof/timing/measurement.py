@@ -844,7 +844,9 @@ def unquotable(m: Measurement) -> list[str]:
     empty when it is one. A report marks such a forward, backward or step median ``~`` (its
     end-to-end row, its summary, a utilization phase's ``time_rough``), as ``compare`` does."""
     reasons = []
-    if m.loaded:
+    if m.loaded and not m.cpu_holds:  # several threads' CPU work, or not read: none to quote
+        reasons.append("the machine was loaded (no CPU work to quote)")
+    elif m.loaded:
         only = " only if it waits on nothing but a core" if m.wait_unclear else ""
         reasons.append(f"the machine was loaded (quote the CPU work{only})")
     if m.undersampled:
