@@ -1440,12 +1440,20 @@ _CLI_WORDS = (
     (re.compile(r"torch\.set_num_threads\((\w+)\)"), r"--threads \1"),
     (re.compile(r"\bprogress=True\b"), "--progress"),
     (re.compile(r"\b((?:layer|floor)_extend_s)= caps it"), r"the Python API's \1= caps it"),
+    (re.compile(r"\bbatch_size=(\d+)"), r"--batch-size \1"),
+    (re.compile(r"\bbackward=True\b"), "--backward"),
+    (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
+    (re.compile(r"\bdtype=torch\.(float32|float16|bfloat16|float64)\b"), r"--dtype \1"),
+    (
+        re.compile(r"\binput_size=\((\d+(?:, \d+)*),?\)"),
+        lambda m: "--input-size " + m[1].replace(", ", ","),
+    ),
 )
 
 
 def cli_words(text: str) -> str:
-    """``text`` (a library warning) with each Python keyword it advises said as the command
-    line's flag (``torch.set_num_threads(2)``: ``--threads 2``; ``progress=True``:
+    """``text`` (a library warning or error) with each Python keyword it advises said as the
+    command line's flag (``torch.set_num_threads(2)``: ``--threads 2``; ``progress=True``:
     ``--progress``), or, where the command line has none, as the Python API's."""
     for pattern, words in _CLI_WORDS:
         text = pattern.sub(words, text)
@@ -1528,7 +1536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ctx.remove_unused_out()  # a refused or failed run leaves no empty --out behind
                 raise
     except ModelProfError as e:
-        print(f"{PROG}: error: {e}", file=stderr)
+        print(f"{PROG}: error: {cli_words(str(e))}", file=stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)

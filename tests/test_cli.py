@@ -577,7 +577,8 @@ def test_input_size_too_large_is_refused_before_allocating(
     )
     err = _one_line_error(capsys)
     # 3 * 100000 * 100000 float32 values = 1.2e11 bytes
-    assert "input_size=(3, 100000, 100000)" in err and "120.0 GB" in err
+    # (said in the command line's flag: cli_words)
+    assert "--input-size 3,100000,100000" in err and "120.0 GB" in err
 
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="checks the no-MPS message")
@@ -796,3 +797,26 @@ def test_the_timing_modes_reach_profile_and_compare(
     assert main(["profile", f"{nets}:narrow"]) == 0
     both = {"clock": "cpu", "amp": "bfloat16", "channels_last": True, "compile": True}
     assert seen == [{**both, "per_layer": "stamps", "correct_overhead": False}, both, {}]
+
+
+def test_an_error_names_the_command_lines_flags_not_python_keywords(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from modelprof.cli import cli_words
+
+    # fit's refusal of a size its forward fails at was said in the Python API's words
+    # (input_size=(16,)); a Linear(8, 4) given 16 features fails on meta
+    f = tmp_path / "flat.py"
+    f.write_text("from torch import nn\ndef make():\n    return nn.Linear(8, 4)\n")
+    assert main(["fit", f"{f}:make", "--input-size", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --input-size 16 (batch excluded)" in err and "input_size=" not in err
+    # each keyword said as its flag; a value the user gave (budget_s=0.5) is left as it is
+    said = cli_words(
+        "pass batch_size=2 or more (backward=True), a larger budget_s= or dtype=torch.bfloat16; "
+        "input_size=(3, 224, 224) failed; budget_s=0.5 is too short"
+    )
+    assert said == (
+        "pass --batch-size 2 or more (--backward), a larger --budget or --dtype bfloat16; "
+        "--input-size 3,224,224 failed; budget_s=0.5 is too short"
+    )
