@@ -21,8 +21,10 @@ from modelprof.errors import ModelProfError, ModelProfWarning, check_callback, w
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
+from modelprof.report.report import display_name
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE, totals_of
 from modelprof.runtime.agree import agreed_timing
+from modelprof.runtime.compiled import eager_module
 from modelprof.runtime.execution import RunMode, random_kept
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import inputs_in_size_place, make_inputs, parse_input_size
@@ -548,8 +550,10 @@ def _name_models(models: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             entry: Any = (module, default)
             name = name or spec_name
         elif isinstance(value, nn.Module):
-            entry = value
-            name = name or type(value).__name__
+            entry, eager = value, eager_module(value)  # torch.compile(m): named by m
+            name = name or display_name(
+                type(eager).__name__, sum(p.numel() for p in eager.parameters())
+            )
         else:
             raise ModelProfError(
                 f"model {name or value!r} of type {type(value).__name__} is "

@@ -26,7 +26,7 @@ from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import MemoryFacts, memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
-from modelprof.runtime.compiled import compiled_words, eager_view
+from modelprof.runtime.compiled import compiled_words, eager_module, eager_view
 from modelprof.runtime.device import tf32_enabled
 from modelprof.runtime.env import collect_env, oversubscribed_note
 from modelprof.runtime.execution import (
@@ -255,7 +255,7 @@ def _run_info(
     if roofline is not False and (spec.timing or roofline not in (None, True)):
         timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env, spec.opts.amp))
     run = RunInfo(
-        type(model).__name__,
+        type(eager_module(model)).__name__,  # torch.compile(m): m's class, not OptimizedModule
         mi.shapes(),
         mi.batch_size,
         str(mi.device),

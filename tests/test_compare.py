@@ -16,6 +16,7 @@ from torch import nn
 
 from modelprof.compare import Comparison, compare
 from modelprof.errors import ModelProfError, ModelProfWarning
+from modelprof.profile import profile
 from modelprof.render.comparison import env_caption
 
 
@@ -72,6 +73,21 @@ def test_list_of_modules_is_named_by_class_without_collisions() -> None:
     assert list(df.index) == ["Linear", "Linear (2)", "Identity"]
     # 10*30 / (10*20) = 1.5
     assert df.loc["Linear (2)", "macs_x"] == 1.5
+
+
+def test_a_list_names_its_models_as_profile_names_each() -> None:
+    # resnet18 and resnet34 share the class ResNet: rows "ResNet", "ResNet (2)" told a paper
+    # nothing; profile's rule (the builder whose weights have that many parameters) names them
+    import torchvision
+
+    models = [torchvision.models.resnet18(), torchvision.models.resnet34()]
+    df = compare(models, (3, 32, 32), timing=False)
+    assert list(df.index) == ["resnet18", "resnet34"]
+    assert profile(models[0], (3, 32, 32), timing=False).display_name == "resnet18"
+    # torch.compile(m) is named by m, not by its wrapper (OptimizedModule)
+    compiled = torch.compile(nn.Linear(10, 20))
+    assert list(compare([compiled], (10,), timing=False).index) == ["Linear"]
+    assert profile(compiled, (10,), timing=False).model_name == "Linear"
 
 
 def test_inputs_instead_of_input_size() -> None:

@@ -816,8 +816,7 @@ class Report(Exports):
         """The model as the caption, the summary and the figures' files name it: a torchvision
         architecture's builder (``resnet18``, by its class and parameter count), else
         ``model_name`` (the class, or the name given)."""
-        params = int(self.totals.get("params") or 0)
-        return _torchvision_name(self.model_name, params) or self.model_name
+        return display_name(self.model_name, int(self.totals.get("params") or 0))
 
     def _head(self) -> str:
         """The caption's first sentence: the model and its run."""
@@ -1084,6 +1083,12 @@ def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The leaf sums a table's footer shows, without ``output_bytes`` (``write_bytes`` says
     it)."""
     return {k: v for k, v in totals.items() if k != "output_bytes"}
+
+
+def display_name(class_name: str, params: int) -> str:
+    """The one naming rule of profile's reports and compare's rows: the torchvision builder of a
+    ``class_name`` model with ``params`` parameters (``resnet18``), else the class."""
+    return _torchvision_name(class_name, params) or class_name
 
 
 @functools.lru_cache(maxsize=64)
