@@ -273,6 +273,8 @@ def _on(spec: _Spec, mi: ModelInputs, model: nn.Module) -> tuple[_Spec, list[str
     spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device), step=step)
     notes = list(mi.notes) + _held_in_eval(model, spec.mode.training)
     crowded = oversubscribed_note() if spec.timing and mi.device.type == "cpu" else None
+    if spec.timing and mi.device.type == "cpu" and (spec.mode.amp or mi.dtype) == torch.float16:
+        notes.append(_CPU_FLOAT16_NOTE)
     if not spec.timing or mi.device.type != "meta":
         return spec, notes + ([crowded] if crowded else [])
     return dataclasses.replace(spec, timing=False), [
@@ -280,6 +282,13 @@ def _on(spec: _Spec, mi: ModelInputs, model: nn.Module) -> tuple[_Spec, list[str
         "device='meta': counted from shapes alone, not timed (meta tensors have no "
         "values and run no kernels); pass a real device to time",
     ]
+
+
+_CPU_FLOAT16_NOTE = (
+    "float16 timed on the CPU: most CPUs have no float16 arithmetic, so torch runs slow "
+    "fallback kernels (often many times float32's time); these times say nothing of float16 "
+    "on a GPU: time it on the device it is meant for, or use float32 or bfloat16 here"
+)
 
 
 def _held_in_eval(model: nn.Module, training: bool) -> list[str]:

@@ -452,3 +452,15 @@ def test_rough_per_layer_rows_are_marked_in_every_view():
     spins = [line for line in md.splitlines() if "Spin" in line]
     assert not full.layers_rough and spins and not any("~" in line for line in spins)
     assert "textcolor" not in full.to_latex() and "rough" not in full.to_html()
+
+
+def test_float16_timed_on_the_cpu_says_its_kernels_are_fallbacks() -> None:
+    # a trial read resnet18's 2.06 s float16 median on a CPU (40 ms in float32) with no word that
+    # CPU float16 runs fallback kernels; the dtype and the device decide, nothing extra is timed
+    def notes(**kw) -> list[str]:
+        r = profile(nn.Linear(8, 8), (8,), budget_s=0.05, warn=False, **QUICK, **kw)
+        return [n for n in r.timing_notes if "fallback kernels" in n]
+
+    assert len(notes(dtype=torch.float16)) == 1
+    assert notes(dtype=torch.float32) == [] and notes(dtype=torch.bfloat16) == []
+    assert notes(dtype=torch.float16, timing=False) == []  # nothing timed: nothing to say
