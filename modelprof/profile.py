@@ -506,6 +506,18 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
             "modelprof.register_formula.",
             ModelProfWarning,
         )
+    outside = list(
+        dict.fromkeys(f"{r.name or '(root)'} ({r.type})" for r in static.records if r.outside)
+    )
+    if outside:
+        many = len(outside) > 1
+        warn_user(
+            f"modelprof: module{'s' * many} {', '.join(outside)} {'have' if many else 'has'} "
+            "parameters but ran no op modelprof counts, and returned a tensor torch did not "
+            "make: work done outside torch (numpy, a C extension) is not counted (MACs and "
+            "FLOPs read 0 there)",
+            ModelProfWarning,
+        )
     return static, step_cost
 
 

@@ -660,3 +660,48 @@ def test_a_loss_ops_inexact_calls_are_in_by_operator():
     bag = [op for op in ops.index if "embedding_bag" in op]
     assert len(bag) == 1 and ops.loc[bag[0], "calls"] == 1
     assert ops.loc[bag[0], "inexact_calls"] == 1
+
+
+# -- work outside torch ---------------------------------------------------------------------------
+class _NumpyLinear(nn.Module):
+    """A layer whose product numpy computes: no op reaches the dispatcher."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x):
+        return torch.from_numpy(x.detach().numpy() @ self.w.detach().numpy())
+
+
+class _Slice(nn.Module):
+    """A learned table handed on as a view of itself: no op, but nothing done outside torch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1, 8))
+
+    def forward(self, x):
+        return self.w[:, : x.shape[-1]]
+
+
+class _Outside(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.numpy, self.table, self.emb = _NumpyLinear(), _Slice(), nn.Embedding(10, 8)
+        self.holder, self.id = _Slice(), nn.Identity()  # (holder: called, returns its input)
+        self.holder.forward = lambda x: x
+
+    def forward(self, x):
+        e = self.emb(torch.zeros(x.shape[0], dtype=torch.long))
+        return self.id(self.holder(self.numpy(x) + self.table(x) + e))
+
+
+def test_a_layer_with_parameters_that_ran_no_op_but_made_its_output_is_named():
+    # a trial's numpy matmul read MACs 0 and FLOPs 0 with no word; an Embedding (its gather op),
+    # a table handed on as a view, a module returning its input and an Identity are not named
+    with pytest.warns(ModelProfWarning, match=r"numpy \(_NumpyLinear\) has parameters") as got:
+        r = profile(_Outside().eval(), (8,), batch_size=2, timing=False)
+    assert r.totals["macs"] == 0  # still counted as 0: only said
+    outside = [str(w.message) for w in got if "outside torch" in str(w.message)]
+    assert len(outside) == 1 and not any(n in outside[0] for n in ("table", "emb", "holder"))

@@ -16,13 +16,28 @@ from modelprof.counting.instruments import active
 from modelprof.counting.sharding import ShardView, current_view
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, PeakTracker
-from modelprof.runtime.tensors import is_dtensor, iter_tensors, tensor_nbytes, tensor_shape
+from modelprof.runtime.tensors import (
+    is_dtensor,
+    iter_tensors,
+    storage_key,
+    tensor_nbytes,
+    tensor_shape,
+)
 
 __all__ = ["NOT_CALLED", "CallRecord", "Tracker"]
 
 _UNKNOWN = object()
 #: the name of the record holding the parameters of modules the forward never called
 NOT_CALLED = "(not called)"
+
+
+def _made_outside(module: nn.Module, inputs: Any, output: Any) -> bool:
+    """Whether ``output`` holds a tensor whose storage is none of ``inputs``' nor ``module``'s
+    own parameters' and buffers' (a view of them is theirs): made outside torch, where an op
+    ran none. Meta and fake tensors have no storage to tell by: never."""
+    own = (inputs, [*module.parameters(recurse=False)], [*module.buffers(recurse=False)])
+    known = {storage_key(t) for t in iter_tensors(own)}
+    return any(k is not None and k not in known for k in map(storage_key, iter_tensors(output)))
 
 
 def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
@@ -76,6 +91,9 @@ class CallRecord:
     backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
     values: dict[str, Any] | None = None  # the instruments' readings, by column
     tokens: list | None = None  # what the instruments' ``enter`` gave, while it runs
+    # a leaf with parameters that ran no op yet returned a tensor torch did not make from its
+    # inputs or its own tensors: its work ran outside torch (numpy, a C extension), uncounted
+    outside: bool = False
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -352,6 +370,8 @@ class Tracker:
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
             record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
         record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
+        if not record.ops and record.param_bytes and not record.has_submodules:
+            record.outside = _made_outside(module, (args, kwargs), output)
         record.finished = True
         self.finished.append(record)
         if record.tokens is not None:
