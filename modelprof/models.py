@@ -74,7 +74,8 @@ def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str
     - a torchvision model name, ``resnet18``, or ``torchvision:resnet18``;
     - ``timm:NAME`` (needs ``pip install timm``);
     - ``path/to/file.py:factory``: the file is imported by path and ``factory()`` must return an
-      ``nn.Module``; a module-level ``INPUT_SIZE`` in the file sets the default input size;
+      ``nn.Module``; a module-level ``INPUT_SIZE`` in the file sets the default input size; it is
+      named ``file_factory``;
     - a ``.pt``/``.pth`` file holding a whole pickled module. Unpickling a module can run
       arbitrary code, so it needs ``trust_pickle=True`` (``--trust-pickle``); a bare
       ``state_dict`` is refused, since it lacks the architecture;
@@ -356,7 +357,14 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize |
             f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module"
         )
     size = getattr(module, "INPUT_SIZE", None)
-    return model.eval(), factory, None if size is None else tuple(size)
+    return model.eval(), factory_name(path, factory), None if size is None else tuple(size)
+
+
+def factory_name(path: Path, factory: str) -> str:
+    """A factory's model by its file and name (``model.py:build`` -> ``model_build``): the
+    factory alone named two files' ``build()`` alike, and their ``--out`` files overwrote each
+    other's."""
+    return f"{path.stem}_{factory}"
 
 
 # --- saved files ---------------------------------------------------------------------------------

@@ -83,17 +83,24 @@ def test_profile_writes_every_format(
     assert code == 0, capsys.readouterr().err
     names = sorted(p.name for p in out_dir.iterdir())
     # untimed: the FLOPs chart only (latency and roofline plots need measured time)
-    assert names == ["wide.csv", "wide.html", "wide.json", "wide.md", "wide.tex", "wide_flops.png"]
-    table = pd.read_csv(out_dir / "wide.csv")
+    assert names == [
+        "nets_wide.csv",
+        "nets_wide.html",
+        "nets_wide.json",
+        "nets_wide.md",
+        "nets_wide.tex",
+        "nets_wide_flops.png",
+    ]
+    table = pd.read_csv(out_dir / "nets_wide.csv")
     # one row per module call: the Sequential, its Linear and its ReLU
     assert len(table) == 3
     assert table["macs"].max() == 400  # 10*40
-    assert "|" in (out_dir / "wide.md").read_text()
-    assert "tabular" in (out_dir / "wide.tex").read_text()
-    assert "<table" in (out_dir / "wide.html").read_text()
-    json.loads((out_dir / "wide.json").read_text())
+    assert "|" in (out_dir / "nets_wide.md").read_text()
+    assert "tabular" in (out_dir / "nets_wide.tex").read_text()
+    assert "<table" in (out_dir / "nets_wide.html").read_text()
+    json.loads((out_dir / "nets_wide.json").read_text())
     err = capsys.readouterr().err
-    assert f"wrote {out_dir / 'wide.csv'}" in err
+    assert f"wrote {out_dir / 'nets_wide.csv'}" in err
 
 
 def test_columns_choose_the_printed_and_human_tables_columns(
@@ -107,18 +114,18 @@ def test_columns_choose_the_printed_and_human_tables_columns(
     assert main([*argv, "--columns", "module, params,macs", "--format", "csv,md,tex"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].split() == ["module", "params", "MACs"]
-    md = (out_dir / "wide.md").read_text()
+    md = (out_dir / "nets_wide.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("|"))
     assert [c.strip() for c in header.strip("|").split("|")] == ["module", "params", "MACs"]
-    assert "module & params & MACs" in (out_dir / "wide.tex").read_text()
-    assert "output_shape" in pd.read_csv(out_dir / "wide.csv").columns
+    assert "module & params & MACs" in (out_dir / "nets_wide.tex").read_text()
+    assert "output_shape" in pd.read_csv(out_dir / "nets_wide.csv").columns
     # all: every column; an unknown name is refused by name
     assert main([*argv, "--columns", "all", "--format", "md"]) == 0
-    assert "MAdd" in (out_dir / "wide.md").read_text()
+    assert "MAdd" in (out_dir / "nets_wide.md").read_text()
     # empty items are skipped, and compact (the default) is taken by name
     assert main([*argv, "--columns", "module,macs,", "--format", "md"]) == 0
     assert main([*argv, "--columns", "compact", "--format", "md"]) == 0
-    assert "output shape" in (out_dir / "wide.md").read_text()
+    assert "output shape" in (out_dir / "nets_wide.md").read_text()
     capsys.readouterr()
     # an unknown name is refused by name before anything runs (not after a whole profile):
     # before the model file is even looked for
@@ -149,13 +156,13 @@ def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:
         )
         == 0
     )
-    table = pd.read_csv(tmp_path / "wide_torchstat.csv")
+    table = pd.read_csv(tmp_path / "nets_wide_torchstat.csv")
     assert "MAdd" in table.columns and "MemRead(B)" in table.columns
 
 
 def test_out_alone_writes_the_default_formats(nets: Path, tmp_path: Path) -> None:
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 0
-    assert {p.name for p in tmp_path.glob("narrow.*")} == {"narrow.csv", "narrow.md"}
+    assert {p.name for p in tmp_path.glob("nets_narrow.*")} == {"nets_narrow.csv", "nets_narrow.md"}
 
 
 def test_profile_torchvision_model(capsys: pytest.CaptureFixture) -> None:
@@ -346,11 +353,11 @@ def test_unexpected_errors_exit_1_with_traceback(
 
 
 def test_compare_says_which_model_each_row_is(nets: Path, capsys: pytest.CaptureFixture) -> None:
-    # two factories of one name (here the same twice) are rows "narrow" and "narrow (2)":
+    # one factory twice is rows "nets_narrow" and "nets_narrow (2)" (its file's stem and name):
     # each row named otherwise than its MODEL is said, as generate's comparison does
     assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing"]) == 0
     out = capsys.readouterr().out
-    assert f"model: narrow = {nets}:narrow\nmodel: narrow (2) = {nets}:narrow\n" in out
+    assert f"model: nets_narrow = {nets}:narrow\nmodel: nets_narrow (2) = {nets}:narrow\n" in out
     assert main(["compare", "resnet18", "resnet18", "--no-timing"]) == 0
     out = capsys.readouterr().out  # a name as given: only the renamed second row
     assert "model: resnet18 =" not in out and "model: resnet18 (2) = resnet18\n" in out
@@ -368,10 +375,10 @@ def test_compare_with_a_failing_model_exits_1_after_its_table(
     # the others are compared and the table printed, but the run failed in part (as a sweep's)
     assert main(["compare", f"{nets}:narrow", f"{bad}:build", "--no-timing"]) == 1
     captured = capsys.readouterr()
-    assert "broken on purpose" in _row(captured.out, "build")
-    assert _row(captured.out, "narrow")
+    assert "broken on purpose" in _row(captured.out, "bad_build")
+    assert _row(captured.out, "nets_narrow")
     # the second model is the second done, failed or not
-    assert "modelprof: build: failed (2 of 2)" in captured.err.splitlines()
+    assert "modelprof: bad_build: failed (2 of 2)" in captured.err.splitlines()
 
 
 def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -389,33 +396,35 @@ def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.Captur
     )
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "baseline narrow" in out
-    assert "2.00" in _row(out, "wide")
+    assert "baseline nets_narrow" in out
+    assert "2.00" in _row(out, "nets_wide")
     table = pd.read_csv(tmp_path / "comparison.csv", index_col="model")
     # 10*40 / (10*20) = 2.0
-    assert table.loc["wide", "macs_x"] == 2.0
-    assert table.loc["narrow", "macs"] == 200
-    assert "2.00" in _row((tmp_path / "comparison.md").read_text(encoding="utf-8"), "wide")
+    assert table.loc["nets_wide", "macs_x"] == 2.0
+    assert table.loc["nets_narrow", "macs"] == 200
+    assert "2.00" in _row((tmp_path / "comparison.md").read_text(encoding="utf-8"), "nets_wide")
     from modelprof.render import read_json
 
     frame, _, env = read_json(tmp_path / "comparison.json")
-    assert frame.loc["wide", "macs"] == 400
+    assert frame.loc["nets_wide", "macs"] == 400
     assert env is not None and env["device"] == "cpu"
 
 
 def test_compare_baseline_option(nets: Path, capsys: pytest.CaptureFixture) -> None:
     assert (
-        main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing", "--baseline", "wide"])
+        main(
+            ["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing", "--baseline", "nets_wide"]
+        )
         == 0
     )
-    assert "0.50" in _row(capsys.readouterr().out, "narrow")  # macs_x = 200 / 400
+    assert "0.50" in _row(capsys.readouterr().out, "nets_narrow")  # macs_x = 200 / 400
     assert main(["compare", f"{nets}:narrow", "--no-timing", "--baseline", "nope"]) == 2
     assert "baseline='nope' is not one of the models" in capsys.readouterr().err
 
 
 def test_compare_same_model_twice_gets_two_rows(nets: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing"]) == 0
-    assert "narrow (2)" in capsys.readouterr().out
+    assert "nets_narrow (2)" in capsys.readouterr().out
 
 
 def test_parse_helpers() -> None:
@@ -493,12 +502,12 @@ def test_throughput_writes_the_curve(
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "best:" in out and "samples/s over all its runs at batch size" in out
-    curve = pd.read_csv(tmp_path / "narrow_throughput.csv")
+    curve = pd.read_csv(tmp_path / "nets_narrow_throughput.csv")
     # batch sizes double from 1 and never pass --max-batch 4
     assert list(curve["batch_size"])[:2] == [1, 2]
     assert curve["batch_size"].max() <= 4
     assert (curve["samples_per_s"] > 0).all()
-    assert (tmp_path / "narrow_throughput.png").stat().st_size > 0
+    assert (tmp_path / "nets_narrow_throughput.png").stat().st_size > 0
 
 
 def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
@@ -513,7 +522,7 @@ def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
     lines = [line for line in said if "samples/s" in line]
     # batch 1, 2, 4 (doubling up to --max-batch 4), each as it finished, in order
     assert [line.split(": ")[2] for line in lines] == ["batch 1", "batch 2", "batch 4"]
-    assert all(line.startswith("modelprof: narrow: batch ") for line in lines)
+    assert all(line.startswith("modelprof: nets_narrow: batch ") for line in lines)
 
 
 def test_compare_without_a_terminal_says_it_is_alive(
@@ -528,8 +537,8 @@ def test_compare_without_a_terminal_says_it_is_alive(
         if line.startswith("modelprof: ") and "warning" not in line
     ]
     assert lines == [
-        "modelprof: narrow: profiled (1 of 2)",
-        "modelprof: wide: profiled (2 of 2)",
+        "modelprof: nets_narrow: profiled (1 of 2)",
+        "modelprof: nets_wide: profiled (2 of 2)",
         "modelprof: interleaved timing of 2 models done",
     ]
 
@@ -542,7 +551,7 @@ def test_throughput_with_a_progress_bar_prints_no_lines(
         main(["throughput", f"{nets}:narrow", "--max-batch", "2", "--budget", "0.05", "--progress"])
         == 0
     )
-    assert "modelprof: narrow: batch" not in capsys.readouterr().err
+    assert "modelprof: nets_narrow: batch" not in capsys.readouterr().err
 
 
 def test_profile_with_timing_plots_time(
@@ -555,9 +564,9 @@ def test_profile_with_timing_plots_time(
     assert code == 0, capsys.readouterr().err
     assert "latency median" in capsys.readouterr().out
     assert {p.name for p in out_dir.iterdir()} == {
-        "narrow_flops.png",
-        "narrow_latency.png",
-        "narrow_roofline.png",
+        "nets_narrow_flops.png",
+        "nets_narrow_latency.png",
+        "nets_narrow_roofline.png",
     }
 
 
@@ -621,7 +630,7 @@ def test_write_failure_names_out(
     monkeypatch.setattr(Report, "export", full_disk)  # what --out writes every table with
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 2
     err = _one_line_error(capsys)
-    assert f"cannot write '{tmp_path / 'narrow.csv'}' (No space left on device)" in err
+    assert f"cannot write '{tmp_path / 'nets_narrow.csv'}' (No space left on device)" in err
 
 
 def test_factory_calling_sys_exit_does_not_exit_0(

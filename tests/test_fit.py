@@ -481,6 +481,16 @@ def test_the_command_line_keeps_the_input_size_of_a_model_fed_no_token_ids(
     assert "batch 4 of input (3, 32, 32)" in out and "weights and states only" not in out
 
 
+def test_the_command_line_names_a_factorys_files_as_profile_does(tmp_path, capsys):
+    # a file's factory is named by file and factory (nets_build), as profile names it: by the
+    # factory alone, two files' build() wrote one build_fit.csv
+    nets = tmp_path / "nets.py"
+    nets.write_text(_KWARGS)
+    out = tmp_path / "out"
+    assert main(["fit", f"{nets}:build", "--memory", "2GB", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["nets_build_fit.csv", "nets_build_fit.md"]
+
+
 def test_a_plain_module_gets_no_tensor_parallel_plan():
     # a CNN has no heads to shard: at tp=2 its activations read half of tp=1's, as if sharded
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())

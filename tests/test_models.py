@@ -110,7 +110,7 @@ def test_python_file_factory(tmp_path: Path) -> None:
     """)
     )
     model, name, size = load_model(f"{f}:build")
-    assert name == "build"
+    assert name == "my_net_build"  # its file and factory: two files' build() keep apart
     assert size == (10,)
     # 10*20 + 20 + 20*2 + 2 = 262
     assert sum(p.numel() for p in model.parameters()) == 262

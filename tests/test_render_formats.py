@@ -162,8 +162,8 @@ def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, caps
         )
         == 0
     )
-    assert "total_macs: 200" in (out / "narrow.yml").read_text()
-    assert json.loads((out / "narrow.json").read_text())
+    assert "total_macs: 200" in (out / "nets_narrow.yml").read_text()
+    assert json.loads((out / "nets_narrow.json").read_text())
     assert (
         main(
             [
