@@ -1381,7 +1381,6 @@ def _run_fit(ctx: _Context) -> None:
 
     from modelprof.fit import fit, takes_token_ids
     from modelprof.generation.specs import load_sized_model
-    from modelprof.models import factory_name
 
     a = ctx.args
     _memory_flag(a.memory_bytes)
@@ -1413,10 +1412,8 @@ def _run_fit(ctx: _Context) -> None:
         report = fit(model, **options)
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
-        # named as generate names its files; a file's factory by file and name, as profile does
-        path, _, factory = a.spec.rpartition(":")
-        stem = factory_name(Path(path), factory) if ".py:" in a.spec else name
-        ctx.write_formats(f"{stem}_fit", report.export)
+        # named as generate names its files (a file's factory by file and name, as profile does)
+        ctx.write_formats(f"{name}_fit", report.export)
 
 
 # --- entry point ---------------------------------------------------------------------------------

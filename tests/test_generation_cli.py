@@ -265,5 +265,29 @@ def test_generate_names_a_specs_row_only_where_its_label_differs(tmp_path, capsy
     assert main([*argv, "--budget", "0.05"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
-    assert rows[-2:] == ["lm.py:llama", "Llama"]  # the SPEC's own label, the config's class
-    assert "model: lm.py:llama" not in out and f"model: Llama = {TINY}" in out
+    # a file's factory by file and name (models.factory_name, as profile and compare name it),
+    # the config by its class; each mapped to its SPEC
+    assert rows[-2:] == ["lm_llama", "Llama"]
+    assert "model: lm_llama = lm.py:llama" in out and f"model: Llama = {TINY}" in out
+    # and its files alike: the SPEC itself named them lm.py_llama_generation.*
+    assert (
+        main(
+            [
+                "generate",
+                "lm.py:llama",
+                "--prompt-len",
+                "4",
+                "--new-tokens",
+                "2",
+                "--budget",
+                "0.05",
+                "--no-layer-timing",
+                "--out",
+                "o",
+                "--format",
+                "csv",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["lm_llama_generation.csv"]

@@ -186,7 +186,11 @@ def load_sized_model(
     if config is None:
         loaded = load_spec(spec)
         model, size = loaded.model, None if loaded.size_defaulted else loaded.input_size
-        return (model.to(device=device, dtype=dtype) if device or dtype else model), spec, size
+        return (
+            (model.to(device=device, dtype=dtype) if device or dtype else model),
+            loaded.name,
+            size,
+        )
     _, auto = lm_auto_class(config, f"SPEC {spec!r}", "build it in file.py:factory")
     with torch.device(device or "cpu"):
         try:
