@@ -466,7 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
         "models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}"
     )
     c.add_argument(
-        "--baseline", metavar="NAME", help="the model ratios are taken against (default: the first)"
+        "--baseline",
+        metavar="NAME",
+        help="the model ratios are taken against, by its row's name or its MODEL (default: the "
+        "first)",
     )
     _switch(c, "--throughput", "also search each model's best-throughput batch size")
     c.set_defaults(run=_run_compare)
@@ -945,6 +948,9 @@ def _run_compare(ctx: _Context) -> int | None:
         name = unique_name(name, models)
         models[name], sizes[name] = model, size
     named = ctx.named_inputs(list(models.values()))
+    # --baseline by its row's name or by the MODEL spec given for it (a file's factory's row
+    # is named lm_build, its spec lm.py:build)
+    baseline = dict(zip(args.models, models)).get(args.baseline, args.baseline)
     if named is not None and args.throughput:  # (compare's own refusal names Python's call)
         raise ModelProfError(
             "--throughput searches batch sizes of an --input-size, not --input/--tokens"
@@ -954,7 +960,7 @@ def _run_compare(ctx: _Context) -> int | None:
         models,
         sizes if named is None else None,
         inputs=named,
-        baseline=args.baseline,
+        baseline=baseline,
         throughput=args.throughput,
         throughput_options=_throughput_options(ctx),
         on_step=ctx.step_lines(str),

@@ -418,6 +418,10 @@ def test_compare_baseline_option(nets: Path, capsys: pytest.CaptureFixture) -> N
         == 0
     )
     assert "0.50" in _row(capsys.readouterr().out, "nets_narrow")  # macs_x = 200 / 400
+    # or by the MODEL spec given for it: the same ratio
+    wide = f"{nets}:wide"
+    assert main(["compare", f"{nets}:narrow", wide, "--no-timing", "--baseline", wide]) == 0
+    assert "0.50" in _row(capsys.readouterr().out, "nets_narrow")
     assert main(["compare", f"{nets}:narrow", "--no-timing", "--baseline", "nope"]) == 2
     assert "baseline='nope' is not one of the models" in capsys.readouterr().err
 
