@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import functools
 import io
 import math
 import os
@@ -898,7 +899,7 @@ def _takes_token_ids(model: Any) -> bool:
 
 #: a train-mode BatchNorm's hint at batch 1 (counting.forward), as the command line says it
 _TRAIN_BATCH_WORDS = (
-    ("(backward=True)", "(--backward)"),
+    ("backward=True, training=True, fit's training plans", "--backward, fit's training plans"),
     (
         "batch_size=2 or more (inputs given as tensors: a batch of 2 or more)",
         "--batch-size 2 or more",
@@ -1426,12 +1427,13 @@ def _run_fit(ctx: _Context) -> None:
 
 
 @contextlib.contextmanager
-def _one_line_warnings(stream: TextIO) -> Iterator[None]:
+def _one_line_warnings(stream: TextIO, words: Any = None) -> Iterator[None]:
     """Show each warning as ``modelprof: warning: <message> (<Category>)``, without the
-    library's file and line."""
+    library's file and line, its keywords said by ``words`` (default :func:`cli_words`)."""
+    words = words or cli_words
 
     def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
-        text = cli_words(str(message).removeprefix(f"{PROG}: "))  # said once
+        text = words(str(message).removeprefix(f"{PROG}: "))  # said once
         print(f"{PROG}: warning: {text} ({category.__name__})", file=stream)
 
     with warnings.catch_warnings():  # puts showwarning back on exit
@@ -1445,7 +1447,11 @@ _CLI_WORDS = (
     (re.compile(r"torch\.set_num_threads\((\w+)\)"), r"--threads \1"),
     (re.compile(r"\bprogress=True\b"), "--progress"),
     (re.compile(r"\b((?:layer|floor)_extend_s)= caps it"), r"the Python API's \1= caps it"),
+)
+#: the keywords of a run's options as its flags (not a sweep's: its file's keys are these)
+_OPTION_WORDS = (
     (re.compile(r"\bbatch_size=(\d+)"), r"--batch-size \1"),
+    (re.compile(r"\bcontext=(\d+)"), r"--context \1"),
     (re.compile(r"\bbackward=True\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
     (re.compile(r"\bdtype=torch\.(float32|float16|bfloat16|float64)\b"), r"--dtype \1"),
@@ -1456,11 +1462,13 @@ _CLI_WORDS = (
 )
 
 
-def cli_words(text: str) -> str:
+def cli_words(text: str, options: bool = True) -> str:
     """``text`` (a library warning or error) with each Python keyword it advises said as the
     command line's flag (``torch.set_num_threads(2)``: ``--threads 2``; ``progress=True``:
-    ``--progress``), or, where the command line has none, as the Python API's."""
-    for pattern, words in _CLI_WORDS:
+    ``--progress``), or, where the command line has none, as the Python API's; ``options``:
+    the run's own too (``batch_size=2``: ``--batch-size 2``; not a sweep's, whose file's keys
+    are the Python API's)."""
+    for pattern, words in _CLI_WORDS + (_OPTION_WORDS if options else ()):
         text = pattern.sub(words, text)
     return text
 
@@ -1526,13 +1534,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             _refuse_unknown(parser, args, unknown, sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
+    # said in the flags typed; a sweep's in its file's keys (batch_size = 0), which it has none of
+    sweep = getattr(args, "run", None) is _run_sweep
+    words = functools.partial(cli_words, options=not sweep)
     try:
         from modelprof.runtime.group import is_speaker
 
         with (
             _threads(args.threads),
             _all_ranks(getattr(args, "all_ranks", False)),
-            _one_line_warnings(stderr if is_speaker() else io.StringIO()),
+            _one_line_warnings(stderr if is_speaker() else io.StringIO(), words),
         ):
             ctx = _Context(args, stdout, stderr)
             try:
@@ -1541,7 +1552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ctx.remove_unused_out()  # a refused or failed run leaves no empty --out behind
                 raise
     except ModelProfError as e:
-        print(f"{PROG}: error: {cli_words(str(e))}", file=stderr)
+        print(f"{PROG}: error: {words(str(e))}", file=stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)

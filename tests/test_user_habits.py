@@ -294,6 +294,10 @@ def test_batch_norm_at_batch_one_in_a_training_step_hints_the_batch() -> None:
     with pytest.raises(ModelProfError) as err:
         profile(model, (16,), backward=True, timing=False)
     assert "in train mode" in str(err.value) and "pass batch_size=2 or more" in str(err.value)
+    # training=True without a backward trains too: the hint names it beside backward=True
+    with pytest.raises(ModelProfError) as err:
+        profile(model, (16,), training=True, timing=False)
+    assert "a training step or count: backward=True, training=True" in str(err.value)
     # at batch 2 it runs: 2 x (16 x 32 + 32 x 4) = 1,280 MACs in the Linear layers' forward
     r = profile(model, (16,), batch_size=2, backward=True, timing=False)
     assert r.totals["macs"] == 1_280
@@ -310,8 +314,22 @@ def test_cli_batch_norm_at_batch_one_is_hinted_in_flags(
     )
     assert main(["profile", f"{f}:build", "--backward", "--no-timing"]) == 2
     err = capsys.readouterr().err
-    assert "a training step (--backward) runs the model in train mode" in err
+    assert "the model ran in train mode (a training step or count: --backward, fit's" in err
     assert err.rstrip().endswith("pass --batch-size 2 or more") and "batch_size=" not in err
     assert main(["profile", f"{f}:build", "--backward", "--no-timing", "--batch-size", "2"]) == 0
     # 2 x 16 x 32 = 1,024 MACs in the Linear (the BatchNorm1d's read none in MACs)
     assert "MACs 1,024" in capsys.readouterr().out
+
+
+def test_the_dtype_hint_reads_a_root_that_tests_false() -> None:
+    # a root module with __len__ 0 (an empty container's rule) is still the model whose float64
+    # parameters the float32 inputs missed: the hint was skipped for it (``if model``)
+    class Empty(nn.Sequential):
+        def __len__(self) -> int:
+            return 0
+
+    model = Empty(nn.Linear(4, 2)).double()
+    assert not model
+    with pytest.raises(ModelProfError) as err:
+        profile(model, torch.randn(1, 4), timing=False)
+    assert "the inputs are float32 and the model's parameters float64" in str(err.value)

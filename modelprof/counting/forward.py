@@ -219,11 +219,16 @@ def _mode_or_dtype_hint(e: Exception, model: Any, inputs: ModelInputs) -> str:
     over the batch) or inputs of a floating dtype not its parameters'."""
     if "more than 1 value per channel when training" in str(e):
         return (
-            "\nhint: a training step (backward=True) runs the model in train mode, where batch "
-            "norm takes its statistics over the batch and needs more than one value per channel: "
-            "pass batch_size=2 or more (inputs given as tensors: a batch of 2 or more)"
+            "\nhint: the model ran in train mode (a training step or count: backward=True, "
+            "training=True, fit's training plans), where batch norm takes its statistics over "
+            "the batch and needs more than one value per channel: pass batch_size=2 or more "
+            "(inputs given as tensors: a batch of 2 or more)"
         )
-    held = {p.dtype for p in model.parameters() if p.is_floating_point()} if model else set()
+    held = (
+        {p.dtype for p in model.parameters() if p.is_floating_point()}
+        if model is not None
+        else set()
+    )
     given = {t.dtype for t in iter_tensors((inputs.args, inputs.kwargs)) if t.is_floating_point()}
     said = re.search(r"dtype|scalar type|Input type", str(e))
     if len(held) != 1 or not given or given == held or said is None:
