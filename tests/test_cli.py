@@ -833,3 +833,15 @@ def test_an_error_names_the_command_lines_flags_not_python_keywords(
         "pass --batch-size 2 or more (--backward), a larger --budget or --dtype bfloat16; "
         "--input-size 3,224,224 failed; budget_s=0.5 is too short"
     )
+
+
+def test_a_sweeps_errors_name_its_files_keys_not_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # a sweep has no --batch-size: its file's batch_sizes = [0] is refused in the file's words
+    # (the run's own errors say their flags: test_an_error_names_the_command_lines_flags...)
+    grid = tmp_path / "g.toml"
+    grid.write_text('models = ["resnet18"]\nbatch_sizes = [0]\n')
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err
+    assert "batch_size=0 must be an int >= 1" in err and "--batch-size" not in err
