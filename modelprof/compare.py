@@ -221,8 +221,8 @@ def compare(
     df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
     if run.notes:
         df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.notes]
-    if run.backward:  # timed or not, its counts are the step's: the caption says so
-        df.attrs["training_counts"] = True
+    if run.backward:  # timed or not, its counts are the step's: the caption says which
+        df.attrs["training_counts"] = "optimizer" if run.profile_options.get("optimizer") else True
     return df
 
 

@@ -677,7 +677,11 @@ def test_a_training_comparisons_flops_are_the_forwards_and_the_steps_each_named(
     assert df.loc["m2", "flops_x"] == 1.0 and df.loc["m2", "step_flops_x"] == 1.0
     assert "step FLOPs" in str(df.render.to_markdown())
     caption = "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss, backward"
-    assert caption in str(df.render.export("latex"))
+    assert caption + " and optimizer step" in str(df.render.export("latex"))
+    # without an optimizer the step has none to name (its step FLOPs: forward, loss, backward)
+    bare = compare({"m": model}, (64,), timing=False, backward=True)
+    said = str(bare.render.export("latex"))
+    assert "step FLOPs: forward, loss and backward" in said and "optimizer step" not in said
     plain = compare({"m": model}, (64,), timing=False)
     assert caption not in str(plain.render.export("latex")) and "step_flops" not in plain
     assert plain.loc["m", "flops"] == 9352  # the same model's forward, either way

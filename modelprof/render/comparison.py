@@ -151,10 +151,11 @@ def compare_caption(
     parts += [legend] if legend else []
     if baseline is not None and not attrs.get("unranked") and attrs.get("ranked_by") is None:
         parts.append("latency not measured (timing off)")
-    if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
+    counts = attrs.get("training_counts")
+    if counts:  # compare(backward=True): a paper table says it too
         parts.append(
-            "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss, backward "
-            "and optimizer step"
+            "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss"
+            + (", backward and optimizer step" if counts == "optimizer" else " and backward")
         )
     failed = list(attrs.get("failed") or ())
     if failed:  # their rows are empty: a table that drops the error column still says why
