@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 import modelprof.columns as registry
-from modelprof.errors import ModelProfError, ModelProfWarning, check_callback, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    check_callback,
+    nearest_keywords,
+    warn_user,
+)
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
@@ -581,6 +587,12 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> tuple[d
     by_model = isinstance(input_size, Mapping) and bool(input_size) and set(input_size) <= {*named}
     if not by_model:
         input_size, inputs = inputs_in_size_place(input_size, inputs)
+    if isinstance(input_size, Mapping) and not by_model:  # sizes by name, a name no model's
+        unknown = sorted(map(str, set(input_size) - {*named}))
+        raise ModelProfError(
+            f"input_size names {unknown}, not among the models {list(named)}"
+            + nearest_keywords(unknown, list(named), mark="")
+        )
     if input_size is not None and inputs is not None:
         raise ModelProfError("pass input_size or inputs=, not both")
     sizes: dict[str, Any] = {}

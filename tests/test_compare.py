@@ -131,10 +131,17 @@ def test_specs_run_at_their_own_input_size(tmp_path: Path) -> None:
     f.write_text(
         "from torch import nn\nINPUT_SIZE = (6,)\ndef small():\n    return nn.Linear(6, 5)\n"
     )
-    df = compare([f"{f}:small", nn.Linear(10, 20)], {"small": None, "Linear": (10,)}, timing=False)
+    # a file's factory is named by file and factory (nets_small), a module by its class
+    sizes = {"nets_small": None, "Linear": (10,)}
+    df = compare([f"{f}:small", nn.Linear(10, 20)], sizes, timing=False)
     # the spec's INPUT_SIZE (6,) is used: 6*5 = 30 MACs
-    assert df.loc["small", "macs"] == 30
-    assert df.loc["small", "input_shape"] == "1x6"
+    assert df.loc["nets_small", "macs"] == 30
+    assert df.loc["nets_small", "input_shape"] == "1x6"
+    # a size by a name no model has was dropped without a word (the spec's own size taken)
+    with pytest.raises(ModelProfError, match=r"input_size names \['small'\], not among the mod"):
+        compare([f"{f}:small", nn.Linear(10, 20)], {"small": (6,), "Linear": (10,)})
+    with pytest.raises(ModelProfError, match=r"\(Linaer: did you mean Linear\?\)"):
+        compare([f"{f}:small", nn.Linear(10, 20)], {"Linaer": (10,)})
 
 
 def test_missing_input_size_names_the_model() -> None:
