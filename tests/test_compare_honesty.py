@@ -243,9 +243,9 @@ def test_an_undersampled_comparison_says_it_cannot_rank(spin_nets, capsys, no_fl
     assert code == 0
     out = capsys.readouterr().out
     assert "not ranked: too few runs for an interval" in out
-    assert re.search(
+    assert re.search(  # (a file's factory named by file and factory)
         r"note: cannot rank the models: too few runs for an interval "
-        r"\(slow n=\d, slower n=\d\)",
+        r"\(spin_nets_slow n=\d, spin_nets_slower n=\d\)",
         out,
     )
     df = compare(
