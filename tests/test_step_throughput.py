@@ -186,7 +186,7 @@ def test_the_cli_searches_training_steps_with_backward(tmp_path, capsys):
     f.write_text(_SPIN_FILE.format(ms=BACKWARD_MS))
     argv = ["throughput", f"{f}:Net", "--input-size", "4", "--max-batch", "2", "--budget", "0.2"]
     assert main([*argv, "--backward", "--optimizer", "sgd", "--out", str(tmp_path)]) == 0
-    curve = pd.read_csv(tmp_path / "Net_throughput.csv")
+    curve = pd.read_csv(tmp_path / "spin_Net_throughput.csv")  # (file_factory: spin_Net)
     # a step spins 2 ms in its backward: each point's median is at least that, its samples/s
     # at most batch / 2 ms (the forward alone spins nothing)
     assert list(curve["batch_size"]) == [1, 2]
