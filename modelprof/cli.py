@@ -101,7 +101,8 @@ TOKENS_HELP = (
     "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
     "(config.vocab_size, else its token nn.Embedding, not a position table) and an all-ones "
     "attention_mask when the forward takes one (on meta none for a transformers model, which "
-    "takes no mask as all ones); --input adds or replaces named inputs"
+    "takes no mask as all ones); --input adds or replaces named inputs; compare feeds them "
+    "only to the models that read token ids, the others at --input-size or their own"
 )
 
 
@@ -584,7 +585,8 @@ class _Context:
         _finite_number("--budget", args.budget, "seconds")
         self.input_specs = [parse_input_arg(t) for t in getattr(args, "inputs", None) or []]
         self.tokens = getattr(args, "tokens", None)
-        if (self.input_specs or self.tokens is not None) and sizes:
+        # (compare: --tokens feed the models that read token ids, --input-size the others)
+        if sizes and (self.input_specs or self.tokens is not None and args.command != "compare"):
             raise ModelProfError(
                 "--input-size makes float inputs; --input/--tokens give the "
                 "inputs themselves: use one or the other"
@@ -610,14 +612,16 @@ class _Context:
             return None
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
-    def load(self, spec: str) -> tuple[Any, str, Any]:
+    def load(self, spec: str, sized: bool = False) -> tuple[Any, str, Any]:
         """The model (a .pt2's ExportedProgram: compare counts its layers, and it is timed
         as it runs, its flat module()), its name and its input size (None where
-        --tokens/--input give the inputs themselves)."""
+        --tokens/--input give the inputs themselves; with ``sized``, also beside --tokens:
+        compare feeds the ids only to the models that read them)."""
         loaded = self.load_spec(spec)
         size = self.input_size if self.input_size is not None else loaded.input_size
         model = loaded.model if loaded.program is None else loaded.program
-        return model, loaded.name, None if self.tokens or self.input_specs else size
+        fed = self.input_specs or self.tokens and not sized
+        return model, loaded.name, None if fed else size
 
     def input_text(self, size: Any) -> str:
         return f"{self.tokens} tokens" if self.tokens is not None else _shape_text(size)
@@ -940,27 +944,32 @@ def _run_compare(ctx: _Context) -> int | None:
     from modelprof.compare import compare, unique_name
     from modelprof.render.comparison import compare_caption, env_caption
     from modelprof.report.plots import plot_compare
+    from modelprof.runtime.exported import runnable
+    from modelprof.runtime.inputs import reads_token_ids
 
     args = ctx.args
     models: dict[str, Any] = {}
     sizes: dict[str, Any] = {}
     for spec in args.models:
-        model, name, size = ctx.load(spec)
+        model, name, size = ctx.load(spec, sized=True)
         name = unique_name(name, models)
-        models[name], sizes[name] = model, size
-    named = ctx.named_inputs(list(models.values()))
+        # --tokens: ids for each model that reads them (compare's tokens=), the others at
+        # --input-size or their own; with --input, one set of inputs for all
+        ids = ctx.tokens is not None and reads_token_ids(runnable(model))
+        models[name], sizes[name] = model, None if ids else size
+    named = ctx.named_inputs(list(models.values())) if ctx.input_specs else None
     # --baseline by its row's name or by the MODEL spec given for it (a file's factory's row
     # is named lm_build, its spec lm.py:build)
     baseline = dict(zip(args.models, models)).get(args.baseline, args.baseline)
     if named is not None and args.throughput:  # (compare's own refusal names Python's call)
         raise ModelProfError(
-            "--throughput searches batch sizes of an --input-size, not --input/--tokens"
-            + ("; on token ids: modelprof throughput MODEL --tokens N" if ctx.tokens else "")
+            "--throughput searches batch sizes of an --input-size or --tokens, not --input"
         )
     df = compare(
         models,
         sizes if named is None else None,
         inputs=named,
+        tokens=ctx.tokens if named is None else None,
         baseline=baseline,
         throughput=args.throughput,
         throughput_options=_throughput_options(ctx),
@@ -1452,6 +1461,7 @@ _CLI_WORDS = (
 _OPTION_WORDS = (
     (re.compile(r"\bbatch_size=(\d+)"), r"--batch-size \1"),
     (re.compile(r"\bcontext=(\d+)"), r"--context \1"),
+    (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
     (re.compile(r"\bbackward=True\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
     (re.compile(r"\bdtype=torch\.(float32|float16|bfloat16|float64)\b"), r"--dtype \1"),

@@ -21,6 +21,7 @@ from modelprof.errors import (
     ModelProfError,
     ModelProfWarning,
     check_callback,
+    check_int,
     nearest_keywords,
     warn_user,
 )
@@ -33,10 +34,16 @@ from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.compiled import eager_module
 from modelprof.runtime.execution import RunMode, random_kept
 from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.inputs import inputs_in_size_place, make_inputs, parse_input_size
+from modelprof.runtime.inputs import (
+    inputs_in_size_place,
+    make_inputs,
+    parse_input_size,
+    reads_token_ids,
+    token_inputs,
+)
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
-from modelprof.runtime.tensors import shape_str
+from modelprof.runtime.tensors import iter_tensors, shape_str
 from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode
 from modelprof.step.throughput import step_measure
 from modelprof.step.timing import StepTimer, compare_steps
@@ -100,6 +107,7 @@ def compare(
     *,
     baseline: str | None = None,
     inputs: Any = None,
+    tokens: int | None = None,
     batch_size: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
@@ -118,7 +126,18 @@ def compare(
     ``input_size`` (batch excluded) is one shape for all, a mapping ``name -> shape``, or
     ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), recorded in
     ``input_shape``; tensors there are the inputs, as in :func:`modelprof.profile`
-    (``compare(models, x)``). ``baseline`` (default: the first model) is the row the ``*_x`` ratios
+    (``compare(models, x)``). ``inputs`` is one set of inputs for all, or a mapping ``name ->
+    inputs`` (a dict whose keys name no model, nor nearly, is one set of keyword inputs);
+    ``tokens=N`` feeds token ids of length N (:func:`modelprof.token_inputs`, at ``batch_size``)
+    to each model that reads them (``main_input_name == "input_ids"``, else an ``nn.Embedding``),
+    as the command line's ``--tokens``. A model's own entry in either mapping comes first, then
+    ``tokens``, the shared inputs or size, a spec's own size; a key naming no model, or a model
+    left with no input, is refused naming it. So a vision and a text model share one table:
+    ``compare({"resnet18": r, "bert": b}, {"resnet18": (3, 224, 224)}, tokens=128)``. Each
+    row is its model at its own input (``input_shape``: ``1x128, 1x128 (int64)`` for ids and
+    mask); where they differ a note says that its ``fps`` and samples/s count its own samples
+    (an image, a sequence) and each ratio sets its run beside the baseline's at the baseline's
+    input. ``baseline`` (default: the first model) is the row the ``*_x`` ratios
     divide by: ``macs_x = macs / baseline macs``.
 
     Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
@@ -174,21 +193,17 @@ def compare(
     if check_callback("on_step", on_step) is None:
         on_step = _say_nothing
     named, programs = _name_models(models)
-    sizes, inputs = _input_sizes(named, input_size, inputs)
+    if not timing and not throughput:
+        warn_unused_without_timing(profile_options)
+    run = _Run(batch_size, device, dtype, profile_options, programs)
+    sizes = _input_sizes(named, input_size, inputs, tokens, run)
     if baseline is None:
         baseline = next(iter(named))
     elif baseline not in named:
         raise ModelProfError(f"baseline={baseline!r} is not one of the models: {list(named)}")
-    if throughput and inputs is not None:
-        raise ModelProfError(
-            "throughput=True needs input_size, not inputs= (measure_throughput(model, tokens=N))"
-        )
-    if not timing and not throughput:
-        warn_unused_without_timing(profile_options)
-    run = _Run(inputs, batch_size, device, dtype, profile_options, programs)
     if run.backward:
         refuse_inference_mode("compare()")
-    search = _throughput_search(throughput_options, run.opts) if throughput else None
+    search = _throughput_search(throughput_options, run) if throughput else None
     rows: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}  # a model that failed: its error, in its row
     bar = progress_bar(
@@ -198,7 +213,7 @@ def compare(
     try:
         # under torchrun: the ranks agree every timing decision (sharded models), one speaks
         held.enter_context(agreed_timing(list(named.values())))
-        run.passed = _hold(held, named, inputs, run)
+        run.passed = _hold(held, named, run)
         for name, model in named.items():
             bar.set_description(name)
             try:
@@ -225,6 +240,8 @@ def compare(
         for name, error in failed.items():
             warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
     df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
+    if df["input_shape"].nunique() > 1:  # said where its ratios are read
+        run.notes.append(_OWN_INPUTS_NOTE)
     if run.notes:
         df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.notes]
     if run.backward:  # timed or not, its counts are the step's: the caption says which
@@ -268,7 +285,6 @@ class _Run:
 
     def __init__(
         self,
-        inputs: Any,
         batch_size: int | None,
         device: Any,
         dtype: Any,
@@ -287,7 +303,9 @@ class _Run:
             dtype=dtype,
         )
         self.backward = backward is True
-        self.inputs, self.batch_size, self.device, self.dtype = inputs, batch_size, device, dtype
+        self.batch_size, self.device, self.dtype = batch_size, device, dtype
+        self.inputs: dict[str, Any] = {}  # each model's inputs (None: made from its size)
+        self.tokens: dict[str, int] = {}  # the length of a model's token ids (tokens=)
         self.profile_options = profile_options
         self.candidates: list[Candidate] = []
         self.steps: dict[str, Any] = {}
@@ -310,7 +328,7 @@ class _Run:
         report = profile(
             self.programs.get(name, model),  # (a program's layers; timed: its module())
             size,
-            inputs=self.inputs,
+            inputs=self.inputs[name],
             batch_size=self.batch_size,
             device=self.device,
             dtype=self.dtype,
@@ -320,7 +338,7 @@ class _Run:
         )
         totals = _training_totals(report) if self.backward else report.totals
         totals = {c: totals[c] for c in _TOTAL_COLUMNS if c in totals}
-        row = {"input_shape": _input_shape(size, self.inputs, self.batch_size), **totals}
+        row = {"input_shape": _input_shape(size, self.inputs[name], self.batch_size), **totals}
         self.dtype_words[name] = report._dtype_words()  # as its report's caption says it
         if search is not None:  # before this model's timers, whose copies would take memory
             row.update(_throughput_row(name, model, size, self, *search))
@@ -458,11 +476,18 @@ _SEARCH_KEYS = ("max_batch", "gain", "patience")
 _CARRIED = ("progress", "amp", "channels_last", "warn", "compile", "clock")
 
 
-def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions, dict]:
+def _throughput_search(options: Any, run: _Run) -> tuple[TimingOptions, dict]:
     """The points' ``TimingOptions`` and the search bounds. ``options``: a ``TimingOptions``
     (used as it is), or a mapping of search bounds and timing options (parsed into one, over
     ``measure_throughput``'s per-point defaults); the comparison's modes (amp, channels_last,
-    progress) carry over unless set."""
+    progress) carry over unless set. Refuses a model given inputs (not sizes or tokens)."""
+    fed = [n for n, x in run.inputs.items() if x is not None and n not in run.tokens]
+    if fed:
+        raise ModelProfError(
+            f"throughput=True needs input_size or tokens=, not inputs= (given to {fed[0]!r}): "
+            "it makes the inputs of each batch size"
+        )
+    opts = run.opts
     if isinstance(options, TimingOptions):
         return options, {}
     if options is not None and not isinstance(options, Mapping):
@@ -580,41 +605,73 @@ def unique_name(name: str, taken: Any) -> str:
     return unique
 
 
-def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> tuple[dict[str, Any], Any]:
-    """Each model's input size (``None`` where ``inputs`` is used), and the inputs (tensors
-    given as ``input_size`` too: ``compare(models, x)``, but not a dict keyed by the models'
-    names: their sizes); unwraps ``named``'s specs."""
+def _input_sizes(
+    named: dict[str, Any], input_size: Any, inputs: Any, tokens: int | None, run: _Run
+) -> dict[str, Any]:
+    """Each model's input size, None where it is fed inputs (``run.inputs[name]``: the shared
+    ``inputs``, its own from an ``inputs`` keyed by the models' names, or, with ``tokens``,
+    token ids for a model that reads them, its length in ``run.tokens``); tensors given as
+    ``input_size`` are the inputs (``compare(models, x)``, but not a dict keyed by the
+    models' names: their sizes). A model's own entry comes first, then tokens, the shared
+    inputs or size, a spec's own size. Unwraps ``named``'s specs."""
     by_model = isinstance(input_size, Mapping) and bool(input_size) and set(input_size) <= {*named}
     if not by_model:
         input_size, inputs = inputs_in_size_place(input_size, inputs)
     if isinstance(input_size, Mapping) and not by_model:  # sizes by name, a name no model's
-        unknown = sorted(map(str, set(input_size) - {*named}))
-        raise ModelProfError(
-            f"input_size names {unknown}, not among the models {list(named)}"
-            + nearest_keywords(unknown, list(named), mark="")
-        )
-    if input_size is not None and inputs is not None:
+        _refuse_unknown("input_size", input_size, named)
+    # by model where a key names one, or nearly (a dict of others: keyword inputs for all)
+    names = [str(k) for k in inputs] if isinstance(inputs, Mapping) else []
+    own = inputs if set(names) & {*named} or nearest_keywords(names, list(named)) else {}
+    _refuse_unknown("inputs", own, named)
+    sizes, shared = (input_size, None) if by_model else ({}, input_size)
+    inputs = None if own else inputs
+    if shared is not None and inputs is not None:
         raise ModelProfError("pass input_size or inputs=, not both")
-    sizes: dict[str, Any] = {}
+    if both := [n for n in own if sizes.get(n) is not None]:
+        raise ModelProfError(f"model {both[0]!r} is given both an input_size and inputs=")
+    tokens = None if tokens is None else check_int("tokens", tokens)
+    out: dict[str, Any] = {}
     for name, entry in list(named.items()):
         default = None
         if isinstance(entry, tuple):
             named[name], default = entry
-        if inputs is not None:
-            sizes[name] = None
-            continue
-        size = input_size.get(name) if isinstance(input_size, Mapping) else input_size
-        size = default if size is None else size
-        if size is None:
-            raise ModelProfError(
-                f"model {name!r} needs an input size: pass input_size= "
-                "(e.g. (3, 224, 224)), a dict of them, or inputs="
+        size, fed = sizes.get(name), own.get(name)
+        if size is None and fed is None and tokens is not None and reads_token_ids(named[name]):
+            fed, run.tokens[name] = _token_ids(name, named[name], tokens, run), tokens
+        if size is None and fed is None:
+            fed, size = (
+                inputs,
+                None if inputs is not None else default if shared is None else shared,
             )
-        sizes[name] = size
-    return sizes, inputs
+        if size is None and fed is None:
+            also = f"; tokens={tokens} feeds only the models that read token ids" if tokens else ""
+            raise ModelProfError(
+                f"model {name!r} needs an input size: pass input_size= (e.g. (3, 224, 224)), "
+                f"a dict of them, inputs= or a dict of them, or tokens=N (token ids){also}"
+            )
+        out[name], run.inputs[name] = (None, fed) if fed is not None else (size, None)
+    return out
 
 
-def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any, run: _Run) -> Snapshot:
+def _refuse_unknown(what: str, given: Mapping[str, Any], named: Mapping[str, Any]) -> None:
+    """Refuse a key of ``what`` (a dict by model) naming no model, with the nearest name."""
+    unknown = sorted(map(str, set(given) - {*named}))
+    if unknown:
+        raise ModelProfError(
+            f"{what} names {unknown}, not among the models {list(named)}"
+            + nearest_keywords(unknown, list(named), mark="")
+        )
+
+
+def _token_ids(name: str, model: nn.Module, tokens: int, run: _Run) -> Any:
+    """``tokens`` ids (and mask) for ``model`` at the comparison's batch, on its device."""
+    try:
+        return token_inputs(model, tokens, run.batch_size or 1, device=run.device)
+    except ModelProfError as e:
+        raise ModelProfError(f"model {name!r}: {e}") from e
+
+
+def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], run: _Run) -> Snapshot:
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
     and a snapshot of the inputs and the target, which is returned; and the random state
@@ -624,17 +681,17 @@ def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any, run
     for model in named.values():
         held.enter_context(preserved_state(model))
     held.enter_context(preserved_state(loss_module(profile_options.get("loss_fn"))))
-    return held.enter_context(snapshot_of(inputs, profile_options.get("target")))
+    return held.enter_context(snapshot_of(*run.inputs.values(), profile_options.get("target")))
 
 
 def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run;
-    every pass sees the inputs (shared by all the models) as they went in: ``run.passed`` puts
+    every pass sees its inputs (its own, or shared) as they went in: ``run.passed`` puts
     back what a pass changed, before the next."""
     mi = make_inputs(
         model,
         size,
-        inputs=run.inputs,
+        inputs=run.inputs[name],
         batch_size=run.batch_size,
         device=run.device,
         dtype=run.mode.dtype,
@@ -811,12 +868,21 @@ def _no_figure(m: Any) -> str | None:
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     """``1x3x224x224`` (batch first); several inputs comma-separated."""
-    if size is None:
-        return shape_str(inputs)
+    if size is None:  # token ids said as such: 1x8, 1x8 (int64)
+        return shape_str(
+            inputs, dtypes=any(not t.is_floating_point() for t in iter_tensors(inputs))
+        )
     b = 1 if batch_size is None else batch_size
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
+#: what a table of models fed different inputs compares
+_OWN_INPUTS_NOTE = (
+    "the models ran different inputs (input_shape): each row is its model at its own input "
+    "(fps and samples/s count its own samples: an image, a sequence of token ids), and each "
+    "*_x ratio sets that run beside the baseline's at the baseline's input, not the two "
+    "architectures at one input"
+)
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
@@ -843,13 +909,18 @@ def _throughput_row(
         curve = measure_throughput(
             model,
             size,
+            tokens=run.tokens.get(name),  # (a model fed token ids: sequences of that length)
             device=run.device,
             dtype=run.dtype,
             training=run.mode.training,
             no_grad=run.mode.no_grad,
             options=opts.replace(warn=False),  # said here, naming the model
             # backward=True: whole training steps per second, as the step columns time them
-            measure=step_measure(size, _step_spec(run), run.mode) if run.backward else None,
+            measure=(
+                step_measure(size, _step_spec(run), run.mode, tokens=run.tokens.get(name))
+                if run.backward
+                else None
+            ),
             **search,
         )
     except ModelProfError as e:  # the counted row stands (a train-mode BatchNorm at batch 1)

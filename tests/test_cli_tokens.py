@@ -264,14 +264,14 @@ def test_tokens_search_a_language_models_throughput(
     assert "(whole training steps)" in capsys.readouterr().out
     assert main([*args, "--input-size", "16"]) == 2
     assert "use one or the other" in capsys.readouterr().err
-    # compare's search takes an input size: on the command line it names the command to use
+    # compare's search takes --tokens as throughput does (it refused them), not --input
     both = ["compare", f"{lm}:gpt2", f"{lm}:gpt2", "--tokens", "16", "--throughput"]
-    assert main(both) == 2
-    assert "modelprof throughput MODEL --tokens N" in capsys.readouterr().err
+    assert main([*both, "--max-batch", "2", "--budget", "0.02", "--no-timing"]) == 0
+    assert "throughput (samples/s)" in capsys.readouterr().out
     named = [*both[:3], "--input", "input_ids:int64[16]:0-100", "--throughput"]
-    assert main(named) == 2  # no tokens given: none named (review)
+    assert main(named) == 2
     err = capsys.readouterr().err
-    assert "searches batch sizes of an --input-size" in err and "--tokens N" not in err
+    assert "searches batch sizes of an --input-size or --tokens, not --input" in err
 
 
 def test_tokens_count_a_llama_built_on_meta(lm: Path, capsys: pytest.CaptureFixture) -> None:
@@ -297,3 +297,20 @@ def test_tokens_count_a_llama_built_on_meta(lm: Path, capsys: pytest.CaptureFixt
     # 2*100*32 = 6400, q, o 2*32*32 = 2048, k, v 2*32*16 = 1024, mlp 3*32*64 = 6144, three norms
     # 3*32 = 96: 15712
     assert macs(on_meta) == macs(on_cpu) == ["params 15,712  MACs 430,080"]
+
+
+def test_compare_feeds_tokens_to_the_text_model_and_a_size_to_the_other(
+    lm: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # --tokens went to every model: a model without an nn.Embedding refused the whole run
+    # ("no nn.Embedding ... to draw token ids from"), and --input-size beside it was refused
+    mlp = tmp_path / "mlp.py"
+    mlp.write_text("from torch import nn\ndef build():\n    return nn.Linear(10, 20)\n")
+    argv = ["compare", f"{mlp}:build", f"{lm}:bert", "--tokens", "16", "--batch-size", "2"]
+    assert main([*argv, "--input-size", "10", "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    # the Linear: 2*10*20 = 400 MACs; the BERT on 2x16 tokens: 296,960 (as profiled above)
+    assert "| mlp_build | 2x10 " in out and "| lm_bert   | 2x16, 2x16 (int64) " in out
+    assert "296.96 K" in out and "note: the models ran different inputs" in out
+    assert main([*argv, "--no-timing"]) == 1  # the Linear's own (3, 224, 224): its row fails
+    assert "mat1 and mat2 shapes cannot be multiplied" in capsys.readouterr().out

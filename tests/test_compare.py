@@ -747,3 +747,80 @@ def test_a_latex_ratio_shows_the_significant_digits_every_other_table_shows() ->
     assert small == "small & 0.0325 \\\\"
     # the baseline's own: 1 -> 1.00, as the Markdown cell reads 1.00×
     assert "big & 1.00 \\\\" in tex and "0.0325×" in df.render.to_markdown(columns=["macs_x"])
+
+
+def _tiny_bert() -> nn.Module:
+    """One BERT layer, hidden 32, 2 heads, FFN 64, vocabulary 100 (random weights)."""
+    from transformers import BertConfig, BertModel  # a test extra
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return BertModel(config).eval()
+
+
+def test_a_vision_and_a_text_model_in_one_table_each_at_its_own_input() -> None:
+    from modelprof import token_inputs
+
+    bert, mlp = _tiny_bert(), nn.Linear(10, 20)
+    # BERT on b*s = 2*16 = 32 tokens: q,k,v,o 4*32*32*32 = 131072, scores and context
+    # 2*(2*2*16*16*16) = 32768, FFN 2*32*32*64 = 131072, pooler 2*32*32 = 2048: 296960 MACs
+    # (test_cli_tokens' count); the Linear on a batch of 2: 2*10*20 = 400
+    by_tokens = compare(
+        {"mlp": mlp, "bert": bert}, {"mlp": (10,)}, tokens=16, batch_size=2, timing=False
+    )
+    ids = token_inputs(bert, 16, 2)
+    by_inputs = compare(
+        {"mlp": mlp, "bert": bert}, (10,), inputs={"bert": ids}, batch_size=2, timing=False
+    )
+    for df in (by_tokens, by_inputs):
+        assert "error" not in df.columns
+        assert df.loc["bert", "macs"] == 296960 and df.loc["bert", "macs_x"] == 296960 / 400
+        # each row says its own input: the token ids and their mask as ids, the Linear's floats
+        assert df.loc["bert", "input_shape"] == "2x16, 2x16 (int64)"
+        assert any("ran different inputs" in n for n in df.attrs["notes"])
+    assert by_tokens.loc["mlp", "input_shape"] == "2x10" and by_tokens.loc["mlp", "macs"] == 400
+    # a shared size goes to the model that reads no token ids, the tokens to the one that does
+    df = compare([mlp, bert], (10,), tokens=16, batch_size=2, timing=False)
+    assert df["macs"].tolist() == [400, 296960]
+    same = compare({"a": mlp, "b": mlp}, (10,), timing=False)  # one input: nothing to say
+    assert not any("ran different inputs" in n for n in same.attrs.get("notes", ()))
+
+
+def test_inputs_and_tokens_by_model_are_refused_naming_the_model() -> None:
+    from modelprof import token_inputs
+
+    bert, mlp = _tiny_bert(), nn.Linear(10, 20)
+    models = {"mlp": mlp, "bert": bert}
+    ids = token_inputs(bert, 8)
+    with pytest.raises(ModelProfError, match=r"inputs names \['bret'\].*did you mean bert\?"):
+        compare(models, {"mlp": (10,)}, inputs={"bret": ids}, timing=False)
+    with pytest.raises(ModelProfError, match="model 'mlp' needs an input size.*tokens=8 feeds"):
+        compare(models, tokens=8, timing=False)  # the Linear reads no token ids
+    with pytest.raises(ModelProfError, match="model 'bert' needs an input size"):
+        compare(models, {"mlp": (10,)}, timing=False)
+    with pytest.raises(ModelProfError, match="model 'bert' is given both an input_size and"):
+        compare(models, {"mlp": (10,), "bert": (8,)}, inputs={"bert": ids}, timing=False)
+    with pytest.raises(ModelProfError, match="model 'bert': seq_len=65 is past the model's 64"):
+        compare(models, {"mlp": (10,)}, tokens=65, timing=False)
+    with pytest.raises(ModelProfError, match=r"needs input_size or tokens=.*given to 'bert'"):
+        compare(models, {"mlp": (10,)}, inputs={"bert": ids}, timing=False, throughput=True)
+
+
+def test_throughput_of_a_text_model_searches_its_token_ids() -> None:
+    bert, mlp = _tiny_bert(), nn.Linear(10, 20)
+    df = compare(
+        {"mlp": mlp, "bert": bert},
+        (10,),
+        tokens=8,
+        timing=False,
+        throughput=True,
+        throughput_options={"max_batch": 2, "budget_s": 0.05, "warn": False},
+    )
+    assert "error" not in df.columns and (df["throughput_samples_per_s"] > 0).all()

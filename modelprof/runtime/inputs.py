@@ -570,6 +570,14 @@ def token_table(model: nn.Module) -> nn.Embedding | None:
     return next(iter(tokens or others or [m for _, m in tables]), None)
 
 
+def reads_token_ids(model: nn.Module) -> bool:
+    """Whether ``model`` is fed token ids: a transformers model whose main input is
+    ``input_ids`` (BertModel, not ViTModel's ``pixel_values``), else a module with an
+    ``nn.Embedding`` (:func:`token_table`); ``compare(tokens=)`` feeds these alone."""
+    main = getattr(model, "main_input_name", None)
+    return main == "input_ids" if main is not None else token_table(model) is not None
+
+
 def token_inputs(
     model: nn.Module,
     seq_len: int,
