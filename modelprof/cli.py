@@ -901,25 +901,12 @@ def _takes_token_ids(model: Any) -> bool:
     return hf and getattr(model, "main_input_name", None) == "input_ids"
 
 
-#: a train-mode BatchNorm's hint at batch 1 (counting.forward), as the command line says it
-_TRAIN_BATCH_WORDS = (
-    ("backward=True, training=True, fit's training plans", "--backward, fit's training plans"),
-    (
-        "batch_size=2 or more (inputs given as tensors: a batch of 2 or more)",
-        "--batch-size 2 or more",
-    ),
-)
-
-
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
     """``error`` with profile()'s batch hint in the command line's words (``--input-size``,
-    ``--batch-size``, ``--backward``)."""
+    ``--batch-size``)."""
     shapes, made = getattr(error, "batch_hint", None), getattr(error, "unbatched", None)
     if not (shapes or made) or ctx.args.input_size is None:
-        text = str(error)
-        for python, flag in _TRAIN_BATCH_WORDS:
-            text = text.replace(python, flag)
-        return error if text == str(error) else ModelProfError(text)
+        return error
     text = str(error).split("\nhint:")[0]
     given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
     if made:
@@ -1459,10 +1446,14 @@ _CLI_WORDS = (
 )
 #: the keywords of a run's options as its flags (not a sweep's: its file's keys are these)
 _OPTION_WORDS = (
-    (re.compile(r"\bbatch_size=(\d+)"), r"--batch-size \1"),
+    # (batch norm's train-mode hint: its tensors' aside and training=True are the Python API's)
+    (
+        re.compile(r"\bbatch_size=(\d+)( or more)?(?: \(inputs given as tensors[^)]*\))?"),
+        r"--batch-size \1\2",
+    ),
     (re.compile(r"\bcontext=(\d+)"), r"--context \1"),
     (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
-    (re.compile(r"\bbackward=True\b"), "--backward"),
+    (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
     (re.compile(r"\bdtype=torch\.(float32|float16|bfloat16|float64)\b"), r"--dtype \1"),
     (

@@ -314,8 +314,14 @@ def test_cli_batch_norm_at_batch_one_is_hinted_in_flags(
     )
     assert main(["profile", f"{f}:build", "--backward", "--no-timing"]) == 2
     err = capsys.readouterr().err
-    assert "the model ran in train mode (a training step or count: --backward, fit's" in err
+    said = "the model ran in train mode (a training step or count: --backward, fit's training"
+    assert said in err and "training=True" not in err
     assert err.rstrip().endswith("pass --batch-size 2 or more") and "batch_size=" not in err
+    # fit's training plans meet it too (a warning: no activations counted), in the same words
+    assert main(["fit", f"{f}:build"]) == 0
+    err = capsys.readouterr().err
+    assert said in err and "training=True" not in err and "batch_size=" not in err
+    assert "pass --batch-size 2 or more (ModelProfWarning)" in err
     assert main(["profile", f"{f}:build", "--backward", "--no-timing", "--batch-size", "2"]) == 0
     # 2 x 16 x 32 = 1,024 MACs in the Linear (the BatchNorm1d's read none in MACs)
     assert "MACs 1,024" in capsys.readouterr().out
