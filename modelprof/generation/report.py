@@ -653,17 +653,10 @@ def _unquotable_note(label: str, m: Any, column: str = "") -> str:
         fix = quieter_machine([m])  # by profile()'s rule: never the thread count in use
         if m.cpu_holds and not m.undersampled:
             where = f"; {column}" if column else ""
-            only = (  # a wall/CPU a wait explains as well as load (the warning's condition)
-                " only if the work waits on nothing but a core (no sleep, I/O, other thread or "
-                f"device: its wall/CPU {m.wall_over_cpu:.2f} is above what sharing cores "
-                "usually explains)"
-                if m.wait_unclear
-                else ""
-            )
-            return (
+            return (  # on the warning's condition where a wait explains the wall as well
                 f"{label}, median {m.median_ms:,.3f} ms, {why}: its wall time is marked ~; "
-                f"quote its CPU work{only}, median {m.cpu.median_ms:,.3f} ms ({m.cpu_clock}"
-                f"{where}), which waiting for a core cannot stretch, or {fix}"
+                f"quote its CPU work{m.wait_condition}, median {m.cpu.median_ms:,.3f} ms "
+                f"({m.cpu_clock}{where}), which waiting for a core cannot stretch, or {fix}"
             )
     else:
         why = f"rests on too few runs ({m.short_reason})"

@@ -448,6 +448,17 @@ class Measurement:
         return not self.waited and self.wall_over_cpu > SHARED_CORE_WALL_OVER_CPU
 
     @property
+    def wait_condition(self) -> str:
+        """Where ``wait_unclear``, the CPU work's condition, as the warning and notes say it."""
+        if not self.wait_unclear:
+            return ""
+        return (
+            " only if the work waits on nothing but a core (no sleep, I/O, other thread or "
+            f"device): its wall/CPU {self.wall_over_cpu:.2f} is above the "
+            f"{SHARED_CORE_WALL_OVER_CPU:g} that sharing cores usually explains"
+        )
+
+    @property
     def load_reason(self) -> str:
         """What showed the load, in words ("" when not ``loaded``)."""
         wall = "wall/CPU {:.2f}: the work waited for a core"
@@ -549,10 +560,8 @@ class Measurement:
         if self.cpu_holds and self.wait_unclear:
             return text + (
                 f"the CPU work, median {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), is "
-                "the work's only if the work waits on nothing but a core (no sleep, I/O, other "
-                f"thread or device): its wall/CPU {self.wall_over_cpu:.2f} is above the "
-                f"{SHARED_CORE_WALL_OVER_CPU:g} that sharing cores usually explains; then quote "
-                "it, which waiting for a core cannot stretch, else time again on a quieter machine"
+                f"the work's{self.wait_condition}; then quote it, which waiting for a core cannot "
+                "stretch, else time again on a quieter machine"
             )
         if self.cpu_holds:
             return text + (
