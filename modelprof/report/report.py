@@ -66,6 +66,7 @@ from modelprof.report.rows import (
     totals_of,
 )
 from modelprof.report.utilization import (
+    UNPROBED,
     Convention,
     Utilization,
     recompute_notes,
@@ -149,10 +150,7 @@ class TimingResult:
 
 
 #: why a timed report has no peaks (as utilization() says it)
-_UNPROBED = (
-    "it was timed without the roofline's probe (profile(..., roofline=False), or a phase of "
-    "profile_generation, which does not probe)"
-)
+_UNPROBED = f"it was timed without the roofline's probe {UNPROBED}"
 
 
 class Report(Exports):
@@ -468,9 +466,7 @@ class Report(Exports):
                 end_to_end["latency_ms_rough"] = True
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
-                if (
-                    self.backward_latency_unquotable is not None
-                ):  # by the forward's rule, its own runs
+                if self.backward_latency_unquotable is not None:  # the forward's rule, own runs
                     end_to_end["backward_latency_ms_rough"] = True
         if view.group_by is not None:
             if view.style != "modelprof":
@@ -633,13 +629,14 @@ class Report(Exports):
             stem = stem / (re.sub(r"[^\w.+-]+", "_", self.display_name).strip("_") or "model")
         elif stem.suffix.lower() == ".png":
             stem = stem.with_suffix("")
-        if self.timed and self.peaks is None:
+        figures = self.figures()
+        if self.timed and "roofline" not in dict(figures):
             warn_user(
                 f"modelprof: export('png') writes no roofline figure: {_UNPROBED}, so it has no "
                 "peaks to draw it against",
                 ModelProfWarning,
             )
-        drawn = {stem.with_name(f"{stem.name}_{name}.png"): draw() for name, draw in self.figures()}
+        drawn = {stem.with_name(f"{stem.name}_{name}.png"): draw() for name, draw in figures}
         for path_, fig in drawn.items():
             save_figure(fig, path_)
         return list(drawn)

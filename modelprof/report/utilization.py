@@ -294,6 +294,10 @@ def report_amp(report: Any) -> str | None:
     return autocast_dtype(report.dtype, (report.env.get("mode") or {}).get("amp"))
 
 
+#: how a timed report comes to have no probed peaks, as each message that says so puts it
+UNPROBED = "(profile(..., roofline=False), or a phase of profile_generation, which does not probe)"
+
+
 def _no_peak(report: Any) -> str:
     """Why ``report`` has no peak to judge its utilization against, and how to give one."""
     device = report.env.get("device_name", report.device)
@@ -304,8 +308,7 @@ def _no_peak(report: Any) -> str:
         else f"{device} is a MIG slice, which the whole GPU's datasheet figures do not describe"
     )
     why = (
-        "this report has no probed peak (profile(..., roofline=False), or a phase of "
-        "profile_generation, which does not probe)"
+        f"this report has no probed peak {UNPROBED}"
         if report.timed
         else "this report was not timed (timing=False), so it has neither a probe nor a time"
     )
