@@ -27,6 +27,7 @@ def run_ranks(
     cmd = ([torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]) + [
         "--standalone",
         "--nproc_per_node=2",
+        f"--log-dir={tmp / 'torchelastic'}",  # not a torchelastic_* folder left in /tmp
         str(HERE / "dist_worker.py"),
         scenario,
         str(tmp),

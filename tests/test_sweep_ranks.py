@@ -63,6 +63,7 @@ def _torchrun(
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
+        f"--log-dir={cwd / 'torchelastic'}",  # not a torchelastic_* folder left in /tmp
         "-m",
         "modelprof",
         "sweep",
@@ -212,6 +213,7 @@ def test_a_callers_process_group_deals_a_counting_sweep(tmp_path: Path) -> None:
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
+        f"--log-dir={tmp_path / 'torchelastic'}",
         str(script),
     ]
     proc = subprocess.Popen(
