@@ -441,6 +441,23 @@ def test_a_spread_the_budget_cannot_beat_stops_early_and_says_how_long_it_would_
     assert not m.undersampled and m.n >= 10  # the floor came first
 
 
+def test_a_budget_stop_says_no_time_it_cannot_project():
+    # 10 ms samples (sd 0.05 ms), every 5th stretch of 9 at 13 ms (a load passing now and then):
+    # the stop rule's interval stays near ±2.5 %, the robust one (the MAD of the block medians,
+    # which the projection takes where smaller) is within ±1 % already, so there is no time to
+    # project. It said "±1.0% would take ~5 s": the time sampled so far, the 5 s budget
+    rng = np.random.default_rng(0)
+    values = 10.0 + rng.normal(0, 0.05, 9000)
+    values[np.arange(values.size) // 9 % 5 == 0] += 3.0
+    clock = FakeTime()
+    rule = StopRule(precision=0.01, budget_s=5.0)
+    s = collect(chunker(values, clock)[0], rule, est_ms=10.0, now=clock)
+    assert s.stop_reason == "budget" and relative_ci(s.samples_ms, s.blocks, 0.95) > 0.02
+    assert s.needed_s is None
+    m = Measurement(s.samples_ms, **s.fields(rule))
+    assert m.stop_text == "budget"
+
+
 def test_the_spread_estimate_is_near_the_time_the_precision_takes():
     # the same stream of N(1, 0.2) ms samples sampled twice: under a 1 s budget the spread
     # stop estimates how long ±0.5 % takes; with no budget to speak of the run reaches it, and

@@ -421,7 +421,7 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
     """Seconds of sampling the precision would take in all, from ``rel`` after ``elapsed_s``: the
     half-width shrinks as ``t(B - 1) / sqrt(B)``, so ``B' = B (rel / precision)^2 (t(B' - 1) /
     t(B - 1))^2`` blocks (fixed-point steps) at the time a block took so far. None without an
-    interval."""
+    interval, or where the robust interval is within the precision (no projection to make)."""
     b = log.n_blocks
     if not (math.isfinite(rel) and rel > 0 and b >= 2 and elapsed_s > 0):
         return None
@@ -435,10 +435,10 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
         rel = relative_ci(samples, blocks, rule.confidence)
     # a few blocks hit by a passing load would make it pessimistic: the robust one, if smaller
     rel = min(rel, _robust_relative_ci(samples, blocks, rule.confidence))
-    if not (math.isfinite(rel) and rel > 0):
+    if not (math.isfinite(rel) and rel > 0) or rel <= rule.precision:
+        # within the precision robustly, not by the stop rule: no time to project (the time
+        # so far, the budget, is no estimate of what the rule's precision would take)
         return None
-    if rel <= rule.precision:
-        return elapsed_s
     q = 0.5 + rule.confidence / 2.0
     scale = (rel / rule.precision) ** 2
     t_now = t_quantile(q, b - 1)
