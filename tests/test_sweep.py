@@ -53,12 +53,26 @@ def test_rows_equal_profile_totals(nets: Path) -> None:
     assert (df["rank"] == 0).all()
     # Linear(10, 20) at batch b: 10*20*b MACs; Linear(10, 40): 10*40*b
     assert df["macs"].tolist() == [200, 200, 800, 800, 400, 400, 1600, 1600]
-    for row in df.itertuples():
-        model, _, size = load_model(row.model)
+    for row in df.itertuples():  # the model named by file and factory, as profile names it
+        model, _, size = load_model(f"{nets}:{row.model.removeprefix('nets_')}")
         totals = modelprof.profile(
             model, size, batch_size=row.batch_size, dtype=row.dtype, timing=False
         ).totals  # built on the CPU, counted there
         assert {c: getattr(row, c) for c in totals} == totals
+
+
+def test_models_are_named_as_profile_names_them(nets: Path, tmp_path: Path) -> None:
+    # the model column kept the spec (/tmp/.../nets.py:wide) where profile, compare, fit and
+    # generate name a file's factory by file and factory (nets_wide); another folder's nets.py
+    # names its wide alike, so it is told apart as compare tells its models apart
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "nets.py").write_text(nets.read_text())
+    specs = [f"{nets}:wide", f"{other / 'nets.py'}:wide", f"{nets}:narrow"]
+    df = sweep({"models": specs})
+    assert df["model"].tolist() == ["nets_wide", "nets_wide (2)", "nets_narrow"]
+    assert df["macs"].tolist() == [400, 400, 200]  # Linear(10, 40), twice; Linear(10, 20)
+    assert load_model(specs[0])[1] == "nets_wide"  # profile's name for the same spec
 
 
 def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
@@ -109,7 +123,8 @@ def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
 def test_failure_is_a_row_and_the_others_go_on(nets: Path) -> None:
     df = sweep(_grid(nets, "broken", "narrow"))
     failed = df[df["status"] == "error"]
-    assert len(failed) == 4 and set(failed["model"]) == {f"{nets}:broken"}
+    # named by file and factory though it never built (as the rows that did)
+    assert len(failed) == 4 and set(failed["model"]) == {"nets_broken"}
     assert failed["error"].str.contains("ModelProfError").all()
     assert failed["macs"].isna().all()
     assert (df.loc[df["status"] == "ok", "macs"] > 0).all() and len(df) == 8
@@ -502,7 +517,8 @@ def test_a_formula_model_cell_is_written_inert(
     df = sweep({"models": ["=cmd.py:build"], "input_size": [10]}, out=tmp_path / "out")
     assert df["status"].tolist() == ["ok"], df["error"].tolist()
     text = (tmp_path / "out" / "sweep.csv").read_text()
-    assert "\n'=cmd.py:build," in text and "\n=cmd.py:build" not in text
+    # the model named by file and factory (=cmd.py:build -> =cmd_build), still a formula
+    assert "\n'=cmd_build," in text and "\n=cmd_build" not in text
 
 
 def test_an_optimizer_in_a_forward_and_backward_grid_runs_every_configuration(

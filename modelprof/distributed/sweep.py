@@ -231,14 +231,22 @@ def _gpu_key(device: str) -> str:
 
 
 def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per configuration, in expansion order, whichever rank ran it."""
+    """One row per configuration, in expansion order, whichever rank ran it, its model named as
+    ``profile`` names it (a row read back from an earlier run too), two specs named alike told
+    apart as ``compare`` tells its models apart (``nets_wide (2)``)."""
     missing = [c.name for c in configs if c.name not in rows]
     if missing:
         raise ModelProfError(
             f"sweep: no result for {len(missing)} configuration(s), e.g. "
             f"{missing[0]!r}; a rank did not report"
         )
-    records = [{**rows[c.name], **_input_columns(c)} for c in configs]
+    names: dict[str, str] = {}
+    for c in configs:
+        name, i = c.model_name, 2
+        while c.model not in names and name in names.values():
+            name, i = f"{c.model_name} ({i})", i + 1
+        names.setdefault(c.model, name)
+    records = [{**rows[c.name], "model": names[c.model], **_input_columns(c)} for c in configs]
     seen = dict.fromkeys(column for record in records for column in record)
     head = [*_CONFIG_COLUMNS, "input_size", "tokens", "input_shape", "status", "error"]
     head += COUNTED_COLUMNS

@@ -84,6 +84,20 @@ class SweepConfig:
         stem = f"{model}_b{self.batch_size}_{self.dtype}_{self.mode}_{kind}"
         return f"{re.sub(r'[^A-Za-z0-9.+-]+', '_', stem).strip('_')}_{digest}"
 
+    @property
+    def model_name(self) -> str:
+        """The model as ``profile`` names it, without building it (``models.load_spec``'s
+        name): a file's factory by file and factory (``nets.py:wide`` -> ``nets_wide``), a saved
+        file by its stem, ``timm:NAME`` and ``torchvision:NAME`` by ``NAME``."""
+        spec = self.model.strip()
+        path, sep, factory = spec.rpartition(":")
+        if sep and path.endswith(".py"):
+            return f"{Path(path).stem}_{factory}"
+        if spec.endswith((".pt", ".pth", ".pt2")):
+            return Path(spec).stem
+        prefix, _, rest = spec.partition(":")
+        return rest if prefix in ("timm", "torchvision") and rest else spec
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
         """Inverse of :meth:`to_dict` (a result file's ``config``)."""
