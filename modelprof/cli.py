@@ -905,10 +905,16 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
     """``error`` with profile()'s batch hint in the command line's words (``--input-size``,
     ``--batch-size``)."""
     shapes, made = getattr(error, "batch_hint", None), getattr(error, "unbatched", None)
-    if not (shapes or made) or ctx.args.input_size is None:
+    if not (shapes or made):
         return error
     text = str(error).split("\nhint:")[0]
-    given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
+    given = (  # (a spec's own size: a file's INPUT_SIZE, which may hold the batch)
+        " ".join(f"--input-size {s}" for s in ctx.args.input_size)
+        if ctx.args.input_size is not None
+        else "the spec's own input size (its file's INPUT_SIZE"
+        + "".join(f" {','.join(map(str, s))}" for s in shapes or ())
+        + ")"
+    )
     if made:
         return ModelProfError(
             f"{text}\nhint: --input-size holds every dimension but the batch (--batch-size sets "
@@ -1411,7 +1417,11 @@ def _run_fit(ctx: _Context) -> None:
         # the spec's own size, not asked for: its forward failing there leaves weights and states
         if a.fit_input_size is not None or not getattr(e, "forward_failed", False):
             raise
-        warn_user(f"fit: no activations counted at the spec's input size: {e}", ModelProfWarning)
+        warn_user(
+            f"fit: no activations counted at the spec's own input size ({_shape_text(size)}, "
+            f"not a --input-size given): profile on meta refused it: {e.forward_failed}",
+            ModelProfWarning,
+        )
         report = fit(model, **options)
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
@@ -1455,6 +1465,15 @@ _OPTION_WORDS = (
     (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
     (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
+    (re.compile(r"\bpass backward=False\b"), "drop --backward"),
+    (re.compile(r"\binput_size=, batch excluded"), "--input-size, batch excluded"),
+    (  # (a class or a factory: the Python API's alone)
+        re.compile(
+            r"\boptimizer='([^']*)'( is not a torch\.optim optimizer; use one of [^]]*\])?"
+            r"(?:, a class or a factory)?"
+        ),
+        r"--optimizer \1\2",
+    ),
     (re.compile(r"\bdtype=torch\.(float32|float16|bfloat16|float64)\b"), r"--dtype \1"),
     (
         re.compile(r"\binput_size=\((\d+(?:, \d+)*),?\)"),

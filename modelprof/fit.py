@@ -670,7 +670,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "
                 f"activations with profile on meta, which refused it: {e}"
             )
-            refused.forward_failed = True  # the command line's spec size was not asked for
+            refused.forward_failed = str(e)  # (the command line's spec size: not asked for)
             raise refused from e.__cause__
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (

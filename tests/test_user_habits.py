@@ -339,3 +339,46 @@ def test_the_dtype_hint_reads_a_root_that_tests_false() -> None:
     with pytest.raises(ModelProfError) as err:
         profile(model, torch.randn(1, 4), timing=False)
     assert "the inputs are float32 and the model's parameters float64" in str(err.value)
+
+
+def test_cli_says_its_flags_in_optimizer_backward_and_file_size_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # every message the command line prints names its flags, never the Python API's keywords
+    # (optimizer='adamx', backward=False, input_size=): a trial met each of these
+    f = tmp_path / "nets.py"
+    f.write_text(
+        "from torch import nn\nINPUT_SIZE = (8,)\n"
+        "def bare():\n    return nn.Sequential(nn.ReLU())\n"
+        "def lin():\n    return nn.Sequential(nn.Linear(10, 4))\n"
+    )
+    args = ["--no-timing", "--backward"]
+    assert main(["profile", f"{f}:lin", *args, "--input-size", "10", "--optimizer", "adamx"]) == 2
+    err = capsys.readouterr().err
+    assert "--optimizer adamx is not a torch.optim optimizer; use one of [" in err
+    assert "optimizer=" not in err and "a class or a factory" not in err
+    assert main(["profile", f"{f}:bare", *args]) == 2  # no parameters: no step
+    err = capsys.readouterr().err
+    assert "drop --backward" in err and "backward=False" not in err
+    # fit at the file's INPUT_SIZE (8,), which the Linear(10, 4) refuses: its size is the
+    # file's, not a --input-size the user gave, and the fallback's own advice is a flag
+    assert main(["fit", f"{f}:lin"]) == 0
+    err = capsys.readouterr().err
+    assert "at the spec's own input size (8, not a --input-size given)" in err
+    assert "pass --input-size, batch excluded" in err and "input_size=" not in err
+
+
+def test_cli_batch_hint_names_a_files_input_size_as_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # a file's INPUT_SIZE holding the batch: (1, 3, 8, 8) gives the conv 1x1x3x8x8; the hint
+    # says the size is the file's and the fix in flags (--input-size 3,8,8 --batch-size 1)
+    f = tmp_path / "conv.py"
+    f.write_text(
+        "from torch import nn\nINPUT_SIZE = (1, 3, 8, 8)\n"
+        "def build():\n    return nn.Sequential(nn.Conv2d(3, 4, 3))\n"
+    )
+    assert main(["profile", f"{f}:build", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert "the spec's own input size (its file's INPUT_SIZE 1,3,8,8) was taken" in err
+    assert "pass --input-size 3,8,8 --batch-size 1" in err and "(3, 8, 8)" not in err
