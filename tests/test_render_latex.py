@@ -16,7 +16,7 @@ from helpers import latex_headers
 from test_render_fixture import report_frame, report_totals
 from torch import nn
 
-from modelprof import ViewOptions, profile
+from modelprof import ViewOptions, compare, profile
 from modelprof.errors import ModelProfError
 from modelprof.render.latex import (
     LONG_ROWS,
@@ -51,6 +51,39 @@ def test_fixed_units_get_a_second_header_line() -> None:
     # latency in µs, where the fixture's 0.05 ms relu shows two digits (50.00, not 0.05)
     assert lines[top + 1] == r"module & params & FLOPs & latency \\"
     assert lines[top + 2] == r" &  & (K) & (\textmu{}s) \\"
+
+
+def test_a_tables_times_share_one_unit_as_do_its_bytes() -> None:
+    """A paper's table shows all its times in one unit (and all its bytes in one), chosen from
+    every value of them: a latency in ms beside its std in µs reads as the same scale."""
+    df = pd.DataFrame(
+        {
+            "module": ["", "fc"],
+            "latency_ms": [2.5, 0.4],
+            "latency_std_ms": [0.05, 0.02],
+            "output_bytes": [40, 40],
+            "read_bytes": [3 * 2**20, 2**20],
+        }
+    )
+    text = to_latex(df, show_totals=False, fit=None)
+    # before, each column chose alone: latency [2.5, 0.4] ms (0.4 >= 0.1 shows two digits), std
+    # [0.05, 0.02] in µs; output [40, 40] in B, read [3, 1] MiB. Shared: the times' top 2.5 ms
+    # allows ms or µs (2500 < 10**4), and ms shows the least, 0.02, with one digit only, µs with
+    # two (20.00): µs for both. The bytes: B would leave 3 * 2**20 = 3145728 with over 4 digits,
+    # MiB would round 40 B to 0.00, KiB shows it as 40 / 1024 = 0.039 -> 0.04: KiB for both
+    assert latex_headers(text) == [
+        "module",
+        "latency (\\textmu{}s)",
+        "latency std (\\textmu{}s)",
+        "output (KiB)",
+        "read (KiB)",
+    ]
+    assert r"(root) & 2500.00 & 50.00 & 0.04 & 3072.00 \\" in text
+    # Markdown and HTML in fixed units share the rule (their default is a unit in every cell)
+    from modelprof.render.markdown import to_markdown
+
+    fixed = to_markdown(df, show_totals=False, units="fixed").splitlines()[0]
+    assert "latency std (µs)" in fixed and "output (KiB)" in fixed
 
 
 def test_footer_labels_span_the_empty_cells_to_their_right() -> None:
@@ -127,6 +160,24 @@ def test_grouped_tables_step_down_a_font_to_keep_the_params() -> None:
     text = report.to_latex(group_by="module_type", width="columnwidth")
     assert "\\footnotesize" in text.splitlines()
     assert [h.partition(" (")[0] for h in latex_headers(text)][:2] == ["type", "params"]
+
+
+def test_comparisons_step_down_a_font_as_reports_do() -> None:
+    """A comparison's params, MACs and medians are columns a paper keeps, as a report's
+    module, type, params... are: where \\small would drop them and \\footnotesize keeps them,
+    it steps down (it never did: the rule ended its columns at a report's output_shape). A
+    table still wider than the column once every other column is dropped steps down too."""
+    models = {"a_long_model_name_" + "x" * 20: nn.Linear(8, 8), "b": nn.Linear(8, 4)}
+    table = compare(models, (8,), timing=False)
+    text = table.render.to_latex(width="columnwidth")
+    assert "\\footnotesize" in text.splitlines()
+    assert [h.partition(" (")[0] for h in latex_headers(text)] == ["model", "params"]
+    # 26 x's: the name alone is wider than the column in \small (230 pt > 229.5 pt estimated)
+    models = {"a_long_model_name_" + "x" * 26: nn.Linear(8, 8), "b": nn.Linear(8, 4)}
+    narrow = compare(models, (8,), timing=False).render.to_latex(width="columnwidth")
+    assert "\\footnotesize" in narrow.splitlines() and latex_headers(narrow) == ["model"]
+    width = re.search(r"% estimated natural width (\d+) pt in \\footnotesize", narrow)
+    assert width is not None and int(width[1]) <= NOMINAL_WIDTH_PT["columnwidth"]
 
 
 def test_fit_scale_shrinks_only_a_wider_table() -> None:

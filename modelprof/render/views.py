@@ -4,7 +4,9 @@
 that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit modes:
 
 - ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; see :mod:`.units`).
-- ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals;
+- ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals
+  (every time column of a table in one unit, every byte column in one, chosen from all their
+  values: ``latency (ms)`` beside ``latency std (ms)``, not ``(µs)``);
   the unit keeps at most 4 digits before the point and, where possible, two significant digits
   in every non-zero value, else none at ``0.00`` (one that is prints ``<0.01``; zero prints
   ``0``); a median and its interval's bounds share one unit; a ratio to a baseline as its human
@@ -162,13 +164,19 @@ def require_columns(df: Any, columns: Sequence[str], what: str, hint: str = "") 
 
 #: the names modelprof's own ``priority`` defaults give (:func:`default_priority`)
 _DEFAULT_PRIORITY_NAMES: set[str] = set()
+PAPER_COLUMNS: set[str] = set()
+"""The columns a paper keeps (a report's module, type, params, MACs, latency and output shape;
+a comparison's params, MACs and medians): those before a ``|`` in a :func:`default_priority`."""
 
 
 def default_priority(names: str) -> tuple[str, ...]:
-    """A caller's default ``priority=`` (names split on white space), registered: its tables
-    may lack some of them (an untimed report its latency), which :func:`check_priority` then
-    does not take for a misspelling."""
-    out = tuple(names.split())
+    """A caller's default ``priority=`` (names split on white space; those before a ``|``, or
+    all without one, are :data:`PAPER_COLUMNS`), registered: its tables may lack some of them
+    (an untimed report its latency), which :func:`check_priority` then does not take for a
+    misspelling."""
+    kept, _, rest = names.partition("|")
+    PAPER_COLUMNS.update(kept.split())
+    out = (*kept.split(), *rest.split())
     _DEFAULT_PRIORITY_NAMES.update(out)
     return out
 
@@ -645,8 +653,8 @@ def _formatters(
             header, fmt = name, _raw_cell
         elif units == "human":
             header, fmt = spec.header, _human_formatter(spec.kind)
-        else:  # a median and its interval's bounds in one unit, read from all three
-            family = [n for n in names if _interval_stem(n) == _interval_stem(name)]
+        else:  # one unit for all of a table's times (its bytes), read from all their values
+            family = [n for n in names if _unit_family(n, shown) == _unit_family(name, shown)]
             values = [v for n in family for v in shown[n]]
             values += [e[n] for n in family for e in extras if e is not None and n in e]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
@@ -655,6 +663,18 @@ def _formatters(
         headers.append(header)
         formatters.append(fmt)
     return headers, formatters
+
+
+#: kinds whose fixed unit one table shares across its columns (``latency (ms)`` beside
+#: ``latency std (ms)``, never ``(µs)``); a count's stays its column's (params M, MACs G)
+_SHARED_UNIT_KINDS = frozenset({"time_ms", "bytes"})
+
+
+def _unit_family(name: str, shown: pd.DataFrame) -> tuple[str, str]:
+    """The columns that show one fixed unit: every time (every byte count) of the table, else a
+    quantity and its interval (:func:`_interval_stem`)."""
+    kind = column_spec(name, shown[name]).kind
+    return ("kind", kind) if kind in _SHARED_UNIT_KINDS else ("stem", _interval_stem(name))
 
 
 def _interval_stem(name: str) -> str:
