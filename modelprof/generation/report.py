@@ -701,7 +701,7 @@ def _neighbours(
 
 #: the columns a LaTeX table of the phases keeps longest (the first, ``phase``, always stays)
 _LATEX_PRIORITY = default_priority(
-    "phase context batch_size module macs latency_ms params type bound_ms output_shape flops"
+    "phase context batch_size module macs latency_ms params type bound_ms output_shape | flops"
 )
 
 

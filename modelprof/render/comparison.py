@@ -58,10 +58,11 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page: a paper's
 # efficiency table's params and MACs, the medians (a training step's whole step and backward
-# before its forward's), the FLOPs, the ranks, the ratios, then the intervals and the rest
+# before its forward's; up to the "|", what it keeps stepping down to \footnotesize), the FLOPs,
+# the ranks, the ratios, then the intervals and the rest
 _LATEX_PRIORITY = default_priority(
     """model params macs step_latency_median_ms backward_latency_median_ms latency_median_ms
-    ttft_ms tpot_ms end_to_end_ms flops step_flops backward_cpu_work_median_ms
+    ttft_ms tpot_ms end_to_end_ms | flops step_flops backward_cpu_work_median_ms
     cpu_work_median_ms step_rank rank step_latency_x backward_cpu_work_x backward_latency_x
     cpu_work_x latency_x ttft_x tpot_x ttft_cpu_x tpot_cpu_x latency_ci_low_ms
     latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high

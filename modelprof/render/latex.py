@@ -22,7 +22,14 @@ from typing import Any
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, check_priority, default_priority, is_rough, prepare_table
+from modelprof.render.views import (
+    PAPER_COLUMNS,
+    Table,
+    check_priority,
+    default_priority,
+    is_rough,
+    prepare_table,
+)
 
 __all__ = [
     "FITS",
@@ -221,7 +228,7 @@ def _interval_partner(name: str) -> str | None:
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
 
 DEFAULT_PRIORITY: tuple[str, ...] = default_priority(
-    """model module phase context batch_size type macs latency_ms params output_shape
+    """model module phase context batch_size type macs latency_ms params output_shape |
     calls flops"""
 )
 """The columns ``fit`` keeps longest where the caller names none, a row's keys first."""
@@ -382,19 +389,21 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
 
 def _fitted(table: Table, view: ViewOptions, chosen: bool) -> tuple[Table, ViewOptions]:
     """The table with the columns ``fit`` keeps (:func:`_drop_until_fits`), and the view with
-    the font it chose: where that drops a column a paper keeps (``priority`` up to
-    ``output_shape``), the default ``\\small`` steps down to ``\\footnotesize`` if that keeps
-    more of those; a font the user ``chosen`` stays."""
+    the font it chose: where that drops a column a paper keeps (``priority``'s
+    :data:`PAPER_COLUMNS`: a report's or a comparison's alike), the default ``\\small`` steps
+    down to ``\\footnotesize`` if that keeps more of those, and where what is left is still
+    wider than the page (a long first column, which stays); a font the user ``chosen`` stays."""
     if view.width is None or view.fit not in ("columns", "both"):
         return table, view
     target = NOMINAL_WIDTH_PT[view.width] * (_MAX_SHRINK if view.fit == "both" else 1.0)
     priority = view.priority or DEFAULT_PRIORITY
     fitted = _drop_until_fits(table, target, view.font_size, priority)
-    keep = priority[: priority.index("output_shape") + 1] if "output_shape" in priority else ()
+    keep = [c for c in priority if c in PAPER_COLUMNS]
     lost = [c for c in keep if c in table.columns and c not in fitted.columns]
-    if lost and not chosen and view.font_size == _DEFAULT_FONT:
+    wide = estimate_width_pt(fitted, view.font_size) > target
+    if (lost or wide) and not chosen and view.font_size == _DEFAULT_FONT:
         smaller = _drop_until_fits(table, target, _SMALLER_FONT, priority)
-        if any(c in smaller.columns for c in lost):
+        if wide or any(c in smaller.columns for c in lost):
             return smaller, view.replace(font_size=_SMALLER_FONT)
     return fitted, view
 

@@ -82,7 +82,7 @@ __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 # the columns a LaTeX table drops last when it must lose some to fit, most important first (a
 # paper's table keeps the shapes before FLOPs, about 2 x MACs)
 _LATEX_PRIORITY = default_priority(
-    "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
+    "module layer_type type params macs latency_ms output_shape | calls flops latency_pct "
     "output_bytes read_bytes write_bytes"
 )
 #: the per-layer rough flags: a human table shows them as its cells' marks (~), not as columns
