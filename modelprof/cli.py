@@ -971,7 +971,8 @@ def _run_compare(ctx: _Context) -> int | None:
     )
     caption = compare_caption(df.attrs, inputs=df.get("input_shape"))
     print(f"# comparison ({caption})\n", file=ctx.stdout)
-    print(df.render.export("markdown", standalone=False), file=ctx.stdout)  # captioned here
+    # captioned by the heading above, the table bare
+    print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for name, spec in zip(models, args.models):  # a row named otherwise than its MODEL
         if name != spec:
             print(f"model: {name} = {spec}", file=ctx.stdout)
@@ -1157,7 +1158,7 @@ def _compare_generation(ctx: _Context) -> int | None:
         **ctx.timing_options(),
     )
     print(f"# generation comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
-    print(df.render.export("markdown", standalone=False), file=ctx.stdout)
+    print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for name, spec in zip(models, args.specs):  # a row named otherwise than its SPEC
         if name != spec:
             print(f"model: {name} = {spec}", file=ctx.stdout)

@@ -281,14 +281,16 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     # and the rough ratio's own cells are marked (~ in Markdown), its interval's too (centred
     # on the disputed ratio), the baseline's are not
     md = export_comparison(
-        table, "markdown", columns=["latency_x", "latency_x_ci_low"], standalone=False
+        table, "markdown", columns=["latency_x", "latency_x_ci_low"], standalone=False, caption=None
     )
     # (each row named by its model first: columns= leaves the name column in front)
     cells = [[c.strip() for c in line.split("|")[2:4]] for line in md.splitlines()[2:]]
     assert [c[0] for c in cells] == ["1.00×", "~1.00×"] and cells[1][1].startswith("~")
     assert not cells[0][1].startswith("~")
     # the bounds alone, without the ratio's column, are marked all the same
-    alone = export_comparison(table, "markdown", columns=["latency_x_ci_low"], standalone=False)
+    alone = export_comparison(
+        table, "markdown", columns=["latency_x_ci_low"], standalone=False, caption=None
+    )
     assert alone.splitlines()[-1].split("|")[2].strip().startswith("~")
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     # warn=False: the same flags and notes, no warning

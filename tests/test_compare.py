@@ -255,7 +255,7 @@ def test_throughput_columns() -> None:
     assert (df["throughput_samples_per_s"] > 0).all()
     assert df.loc["narrow", "throughput_x"] == 1.0
     # the readable table shows the batch size the best throughput was found at
-    header = df.render.to_markdown(standalone=False).splitlines()[0]
+    header = df.render.to_markdown(standalone=False, caption=None).splitlines()[0]
     assert "throughput (samples/s)" in header and "throughput batch" in header
     with pytest.raises(ModelProfError, match="needs input_size"):
         compare(_pair(), inputs=torch.randn(1, 10), timing=False, throughput=True)
@@ -270,12 +270,13 @@ def test_comparison_render_exporters_match_a_reports(tmp_path) -> None:
     # a document: the caption (the baseline) in bold, then the table; untimed, no notes to list
     assert lines[0].startswith("**baseline narrow;") and lines[1] == ""
     assert lines[2].split("|")[1].strip() == "model" and lines[-1].startswith("| wide ")
-    # standalone=False, as a keyword or in a ViewOptions: the bare table
+    # standalone=False, as a keyword or in a ViewOptions: the table under its caption (as
+    # LaTeX and an HTML fragment keep theirs), no notes (untimed: the document has none)
     from modelprof import ViewOptions
 
     bare = lines[2:]
-    assert df.render.to_markdown(standalone=False).splitlines() == bare
-    assert df.render.to_markdown(view=ViewOptions(standalone=False)).splitlines() == bare
+    assert df.render.to_markdown(standalone=False).splitlines() == lines
+    assert df.render.to_markdown(view=ViewOptions(standalone=False)).splitlines() == lines
     # a caption in a ViewOptions wins over the baseline caption, as a keyword does; a keyword
     # caption=None (ViewOptions' own default) asks for none
     mine = df.render.to_markdown(view=ViewOptions(caption="Table 2: mine")).splitlines()
@@ -326,14 +327,14 @@ def test_a_sorted_or_filtered_comparison_keeps_its_render() -> None:
     for name, d in derived.items():
         assert type(d) is Comparison and d.attrs["baseline"] == "narrow", name
         assert "baseline narrow" in d.render.to_latex(), name  # its caption, from its attrs
-    rows = lambda d: [line.split("|")[1].strip() for line in d.splitlines()[2:]]  # noqa: E731
-    assert rows(derived["sort"].render.to_markdown(standalone=False)) == ["wide", "narrow"]
-    assert rows(derived["loc"].render.to_markdown(standalone=False)) == ["wide"]
-    head = derived["drop"].render.to_markdown(standalone=False).splitlines()[0]
+    bare = lambda d: d.render.to_markdown(standalone=False, caption=None)  # noqa: E731
+    rows = lambda d: [line.split("|")[1].strip() for line in bare(d).splitlines()[2:]]  # noqa: E731
+    assert rows(derived["sort"]) == ["wide", "narrow"] and rows(derived["loc"]) == ["wide"]
+    head = bare(derived["drop"]).splitlines()[0]
     assert "params" not in [h.strip() for h in head.split("|")] and "params ratio" in head
     # a selection of columns none of which is a default one shows them all: narrow's MAdd,
     # 10 multiplies and 9 adds per output, (2 x 10 - 1) x 20 = 380
-    madd = df[["madd"]].render.to_markdown(standalone=False)
+    madd = bare(df[["madd"]])
     assert "MAdd" in madd.splitlines()[0] and "380" in madd.splitlines()[2]
     # a column the call names but the table lost: the error names it
     with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['macs'\]"):

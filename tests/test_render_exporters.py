@@ -89,6 +89,9 @@ def test_markdown_is_a_pipe_table_with_alignment_and_totals() -> None:
     assert re.fullmatch(r"\|:-+\|-+:\|", lines[1])  # text left, numbers right
     assert len(lines) == 2 + 9 + 1  # header, rule, 9 rows, totals
     assert re.fullmatch(r"\| total +\| +16\.64 K \|", lines[-1])  # 16640 FLOPs
+    # a caption given goes in bold above the table, as LaTeX's and HTML's do (it was dropped)
+    captioned = to_markdown(report_frame(), TOTALS, columns=["module", "flops"], caption="T *1*")
+    assert captioned == "**T \\*1\\***\n\n" + text
 
 
 def test_markdown_escapes_pipes_in_names() -> None:

@@ -176,12 +176,16 @@ def test_a_markdown_export_is_a_document_with_the_caption_and_summary(tmp_path, 
     # then every summary line, listed
     assert lines[3 + len(table) :] == [f"- {prose(line)}" for line in summary]
     assert md.endswith("\n") and timed.export("md", tmp_path / "n.md").read_text() == md
-    # standalone=False: the bare table, as a cell of a larger document takes it; said in a
-    # ViewOptions too (its unset default, None, let a report's page default override a False)
+    # standalone=False: the table under its caption (which says what "~" marks, as LaTeX's
+    # and an HTML fragment's keep theirs), without the summary lines, as a cell of a larger
+    # document takes it; said in a ViewOptions too (its unset default, None, let a report's
+    # page default override a False); caption=None as well: the bare table
     from modelprof import ViewOptions
 
-    assert timed.to_markdown(standalone=False).splitlines() == table
-    assert timed.to_markdown(view=ViewOptions(standalone=False)).splitlines() == table
+    captioned = lines[: 2 + len(table)]
+    assert timed.to_markdown(standalone=False).splitlines() == captioned
+    assert timed.to_markdown(view=ViewOptions(standalone=False)).splitlines() == captioned
+    assert timed.to_markdown(standalone=False, caption=None).splitlines() == table
     assert timed.to_html(view=ViewOptions(standalone=False)).startswith("<div")
 
 

@@ -342,7 +342,9 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
     df = r.to_dataframe()
     timed = df["backward_latency_ms"].notna()
     assert timed.any() and (df["backward_latency_rough"] == timed).all()
-    md = r.export("markdown", columns=["module", "backward_latency_ms"], standalone=False)
+    md = r.export(
+        "markdown", columns=["module", "backward_latency_ms"], standalone=False, caption=None
+    )
     assert md.splitlines()[2].split("|")[2].strip().startswith("~")  # the (root) row's cell
     # by kind of layer too: the leaves' backward times, summed
     kinds = r.by_layer_type()

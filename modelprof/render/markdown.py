@@ -47,13 +47,14 @@ def markdown_table(table: Table) -> str:
 
 
 def _document(table: Table, view: ViewOptions, to_file: bool) -> str:
-    """The table; ``standalone``, a document: the caption in bold above it and the other
+    """The caption in bold above the table (as LaTeX's and HTML's keep theirs: it says what a
+    ``~`` marks; ``caption=None``: the bare table); ``standalone``, a document: the other
     ``summary`` lines (a report's totals and timing, a comparison's notes) listed below."""
-    text = markdown_table(table) + "\n"
-    if not view.standalone:
-        return text
     caption = prose(view.caption) if view.caption else ""
     head = f"**{caption}**\n\n" if caption else ""
+    text = markdown_table(table) + "\n"
+    if not view.standalone:
+        return head + text
     notes = [prose(line) for line in view.summary if line != view.caption]
     tail = "".join(f"- {line}\n" for line in notes if line)
     return head + text + ("\n" + tail if tail else "")
@@ -76,7 +77,7 @@ to_markdown = register_table(
     doc="GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end "
     'rows. The compact columns by default (``columns="all"`` for every one); a report or a '
     "comparison exports a document: its caption above the table, its summary or notes below.",
-    summary="""A GitHub pipe table of ``df`` with a totals row, ending with a newline; with
-    ``standalone=True`` the ``caption`` in bold above it and the other ``summary`` lines listed
+    summary="""A GitHub pipe table of ``df`` with a totals row, ending with a newline, the
+    ``caption`` in bold above it; with ``standalone=True`` the other ``summary`` lines listed
     below. Returns the text, or writes ``path`` and returns it.""",
 )
