@@ -197,9 +197,13 @@ _group(
     ("comm_bytes", "comm payload", "bytes", {"counted": True}),
     ("comm_traffic_bytes", "comm traffic", "bytes", {"counted": True}),
 )
+# a training step's table has these whenever it has the forward's (zeros where its backward ran
+# no collective), so its columns do not depend on which phase communicated
 _group(
     "backward_comm",
     ("backward_comm_calls", "backward comm calls", "int", {"counted": True}),
+    ("backward_comm_kind", "backward comm kind", "text"),
+    ("backward_comm_group_size", "backward comm group size", "int"),
     ("backward_comm_bytes", "backward comm payload", "bytes", {"counted": True}),
     ("backward_comm_traffic_bytes", "backward comm traffic", "bytes", {"counted": True}),
 )

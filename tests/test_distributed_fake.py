@@ -55,6 +55,10 @@ def test_ddp_gradient_all_reduce():
     assert bwd["all_reduce"]["traffic_bytes"] == MODEL_BYTES
     assert r.totals["params"] == PARAMS and r.totals["comm_calls"] == 0  # nothing forward
     assert r.env["world_size"] == 2 and r.env["rank"] == 1 and r.env["backend"] == "fake"
+    # the root's (communication) row names the backward's kind and group; the forward ran none
+    comm = r.to_dataframe().set_index("module").loc["(communication)"]
+    assert comm["comm_kind"] == "" and comm["backward_comm_kind"] == "all_reduce"
+    assert comm["backward_comm_group_size"] == 2
 
 
 def test_fsdp2_gathers_and_reduce_scatters(plain):
@@ -73,6 +77,10 @@ def test_fsdp2_gathers_and_reduce_scatters(plain):
     # (n-1)/n * size: 12,638,208 / 2 per rank each way
     assert rs["traffic_bytes"] == 6_319_104
     assert r.totals["params"] == PARAMS // 2 == 1_579_776
+    # the whole model's row names both kinds its backward ran
+    root = r.to_dataframe().iloc[0]
+    assert root["comm_kind"] == "all_gather"
+    assert set(root["backward_comm_kind"].split("+")) == {"all_gather", "reduce_scatter"}
     # compute is not sharded by FSDP: every other column equals the unsharded model's
     for k in ("macs", "flops", "read_bytes", "write_bytes", "backward_macs", "backward_flops"):
         assert r.totals[k] == plain.totals[k], k
@@ -116,6 +124,29 @@ def test_tensor_parallel_mlp_per_rank():
         r.to_dataframe().set_index("module").loc["layers.0.mlp.(communication)", "comm_bytes"]
         == 131_072
     )
+
+
+def _parallel_mlp():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    return parallelize_module(dm.MLP(), init_device_mesh("cpu", (2,)), plan)
+
+
+def test_a_training_step_has_backward_comm_columns_where_its_backward_ran_no_collective():
+    # the MLP alone: its input needs no gradient, so no all-reduce of one runs backward; the
+    # columns are there all the same (zeros), as under DDP and FSDP2
+    r = sharded(_parallel_mlp, backward=True)
+    comm = r.to_dataframe().set_index("module").loc["(communication)"]
+    # fc2's partial sums all-reduced forward: 2*64*256*4 B = 131,072
+    assert comm["comm_kind"] == "all_reduce" and comm["comm_bytes"] == 131_072
+    assert comm["backward_comm_calls"] == 0 and comm["backward_comm_kind"] == ""
+    assert r.totals["backward_comm_bytes"] == r.totals["backward_comm_traffic_bytes"] == 0
 
 
 @pytest.mark.parametrize("build", [lambda: dm.tensor_parallel(local_output=False), dm.fsdp])

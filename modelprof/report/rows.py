@@ -28,7 +28,6 @@ __all__ = [
     "ADDITIVE",
     "BACKWARD_COMM_COLUMNS",
     "COLUMNS",
-    "COMM_ADDITIVE",
     "COMM_COLUMNS",
     "SHARE_COLUMNS",
     "STEP_ADDITIVE",
@@ -57,7 +56,6 @@ STEP_TIMING_COLUMNS = registry.names("step_timing")
 # collectives (under a process group; modelprof.counting.collectives)
 COMM_COLUMNS = registry.names("comm")
 BACKWARD_COMM_COLUMNS = registry.names("backward_comm")
-COMM_ADDITIVE = (*registry.names("comm", counted=True), *BACKWARD_COMM_COLUMNS)
 COMM_SUFFIX = "(communication)"
 _COMM_SUMMARY = ("comm_calls", "comm_bytes", "comm_traffic_bytes", "comm_kind", "comm_group_size")
 _TS = registry.names("torchstat")  # torchstat's order; its "params" follows the shapes
@@ -312,6 +310,14 @@ def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
     return any(r.comm for r in rows), any(r.backward_comm for r in rows)
 
 
+def comm_columns(rows: Sequence[Row]) -> tuple[str, ...]:
+    """The collective columns of a table: none where no collective ran, else the forward's and,
+    in a training step's table, the backward's (zeros where its backward ran none)."""
+    fwd, bwd = has_comm(rows)
+    step = bwd or any(r.backward_macs is not None for r in rows)
+    return (COMM_COLUMNS + (BACKWARD_COMM_COLUMNS if step else ())) if fwd or bwd else ()
+
+
 def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
     """(record index, is a (self) row, is a leaf) of each row, for a pass that produces columns;
     a ``(communication)`` row's index is ``-1 - index`` (no pass's per-call columns are its)."""
@@ -346,9 +352,8 @@ def totals_of(rows: Sequence[Row]) -> dict[str, int]:
     """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
     keys = ADDITIVE + (STEP_ADDITIVE if any(r.backward_macs is not None for r in rows) else ())
     out = {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
-    fwd, bwd = has_comm(rows)
-    for k in COMM_ADDITIVE if fwd or bwd else ():
-        if bwd or not k.startswith("backward_"):
+    for k in comm_columns(rows):
+        if registry.column(k).counted:
             out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
     counted = set(registry.names(counted=True))
     for k in {k for r in rows if r.values for k in r.values} & counted:
@@ -375,10 +380,9 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     step = any(r.backward_macs is not None for r in rows)
     for k in ADDITIVE + (STEP_ADDITIVE if step else ()):
         data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
-    fwd, bwd = has_comm(rows)
-    for k in (COMM_COLUMNS if fwd or bwd else ()) + (BACKWARD_COMM_COLUMNS if bwd else ()):
+    for k in comm_columns(rows):
         values = [r.comm_value(k) for r in rows]
-        data[k] = values if k == "comm_kind" else count_column(values)
+        data[k] = values if registry.column(k).kind == "text" else count_column(values)
     df = pd.DataFrame(data)
     df["leaf"] = df["leaf"].astype(bool)
     for share, k in zip(SHARE_COLUMNS, ("macs", "flops")):
