@@ -178,6 +178,40 @@ def test_backward_failure_names_the_model():
         profile(M(4, 3), (4,), backward=True, **COUNT)
 
 
+@pytest.mark.parametrize("phase", ["loss", "optimizer"])
+def test_a_loss_or_optimizer_that_fails_only_once_timed_is_named(phase):
+    # the first calls (checked, counted) pass: only the timed steps meet the failure, whose
+    # error named no phase ("a training step of Linear failed while timing it")
+    calls = [0]
+
+    def flaky(here: str) -> None:
+        calls[0] += here == phase
+        if calls[0] > 3:
+            raise RuntimeError("boom")
+
+    def loss_fn(out):
+        flaky("loss")
+        return out.sum()
+
+    class Opt(torch.optim.SGD):
+        def step(self, closure=None):
+            flaky("optimizer")
+            return super().step(closure)
+
+    named = {"loss": "loss_fn=loss_fn", "optimizer": r"optimizer.step\(\) \(optimizer=<lambda>\)"}
+    with pytest.raises(ModelProfError, match=f"Linear failed in {named[phase]} while timing it"):
+        profile(
+            nn.Linear(4, 3),
+            (4,),
+            backward=True,
+            loss_fn=loss_fn,
+            optimizer=lambda ps: Opt(ps, lr=0.1),
+            warn=False,
+            **FAST,
+        )
+    assert calls[0] == 4  # it did fail in the timed steps
+
+
 # -- views and exports --------------------------------------------------------------------------
 def test_views_and_exports_carry_the_step(tmp_path: Path):
     torch.manual_seed(0)

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import math
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -222,6 +223,9 @@ class _Step:
         loss, self.loss_value = self.loss_value, None
         loss.backward()
 
+    def optimize(self) -> None:  # a phase of its own: a failure in it is named (``failure``)
+        self.optimizer.step()  # type: ignore[union-attr]  # (phases: only with one)
+
     def clear(self) -> None:
         if self.reset is not None:
             self.reset()
@@ -235,7 +239,7 @@ class _Step:
     def phases(self) -> list[Any]:
         parts = [self.forward, self.loss, self.backward]
         if self.optimizer is not None:
-            parts.append(self.optimizer.step)
+            parts.append(self.optimize)
         return parts
 
     def run(self) -> None:
@@ -588,8 +592,22 @@ class StepTimer(Runner):
         step.snapshot = Snapshot(step.params) if step.optimizer is not None else None
 
     def failure(self, e: Exception) -> BaseException:
+        # the phase that raised, read off the traceback (a loss or optimizer can fail on a later
+        # call than the checked first one)
+        spec, s = self.spec, _Step
+        phases = {
+            s.forward.__code__: "the forward",
+            s.loss.__code__: f"loss_fn={spec.loss_name}",
+            s.backward.__code__: "the backward",
+            s.optimize.__code__: f"optimizer.step() (optimizer={spec.optimizer_name})",
+        }
+        ran = [
+            phases[f.f_code] for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code in phases
+        ]
+        where = f" in {ran[0]}" if ran else ""
         error = ModelProfError(
-            f"a training step of {self.label} failed while timing it: {type(e).__name__}: {e}"
+            f"a training step of {self.label} failed{where} while timing it: "
+            f"{type(e).__name__}: {e}"
         )
         error.candidate = self.label  # type: ignore[attr-defined]  # compare() drops that one
         return error
