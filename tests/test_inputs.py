@@ -194,6 +194,27 @@ def test_meta_inputs_for_a_model_on_the_cpu_are_refused_by_name() -> None:
     assert modelprof.profile(model, x, device="meta").totals["macs"] == 32
 
 
+class _XAndMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x, mask=None):
+        return self.lin(x)
+
+
+def test_inputs_whose_every_tensor_is_empty_are_refused_naming_the_shape() -> None:
+    # a batch of 0 given as a tensor ran on nothing and reported 0 MACs without a word, where
+    # batch_size=0 is refused
+    model = _XAndMask()
+    for x in (torch.randn(0, 8), (torch.randn(0, 8), torch.zeros(0))):
+        with pytest.raises(ModelProfError, match=r"every input tensor is empty \(\(0, 8\)"):
+            profile(model, x, backward=True, timing=False)
+    # one empty tensor beside others (an empty cache or mask) is an input like any: 2 x 8 x 4
+    r = profile(model, (torch.randn(2, 8), torch.zeros(0)), timing=False)
+    assert r.totals["macs"] == 64
+
+
 class _SelfKeyword(nn.Module):
     """A forward with keywords named as modelprof's and torch's own parameters."""
 

@@ -232,6 +232,7 @@ def make_inputs(
     _refuse_call_keywords(model, kwargs)
     check_forward_keys(kwargs, model)
     _refuse_meta_inputs(args, kwargs, dev)
+    _refuse_empty_inputs(args, kwargs)
     kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
     move = functools.partial(to_placement, device=dev, dtype=dt)
     args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
@@ -287,6 +288,18 @@ def _refuse_meta_inputs(args: tuple, kwargs: dict, dev: torch.device) -> None:
         f"values) and the model runs on {dev}: pass device='meta' to count from the shapes "
         f"alone, or pass inputs with values on {dev}"
     )
+
+
+def _refuse_empty_inputs(args: tuple, kwargs: dict) -> None:
+    """Refuse inputs whose every tensor is empty (a batch of 0, as ``batch_size=0`` is): the model
+    would run on nothing and count 0. Some empty ones beside others are fine (an empty cache)."""
+    tensors = list(iter_tensors((args, kwargs)))
+    if tensors and all(t.numel() == 0 for t in tensors):
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors[:4])
+        raise ModelProfError(
+            f"every input tensor is empty ({shapes}): the model would run on nothing "
+            "and count 0; pass inputs of at least one sample"
+        )
 
 
 def batch_inputs(
