@@ -538,6 +538,27 @@ def test_an_optimizer_in_a_forward_and_backward_grid_runs_every_configuration(
     assert df["macs"].tolist() == [200, 200] and df["backward_macs"].iloc[1] == 200
 
 
+def test_a_configuration_without_options_reads_them_as_empty_from_every_reader(
+    nets: Path, tmp_path: Path
+) -> None:
+    # the forward rows of a grid whose options are the step's have none: NaN in the returned
+    # frame and through read_json, "" through read_csv (as a row's error and warnings read)
+    from modelprof.render import read_csv, read_json
+
+    toml = tmp_path / "grid.toml"
+    toml.write_text(
+        f'models = ["{nets}:narrow"]\nmodes = ["forward", "backward"]\n'
+        'options = {optimizer = "adam"}\n'
+    )
+    df = sweep(toml, out=tmp_path / "out")
+    assert df["options"].tolist() == ["", "{'optimizer': 'adam'}"]
+    for back in (
+        read_csv(tmp_path / "out" / "sweep.csv"),
+        read_json(tmp_path / "out" / "sweep.json")[0],
+    ):
+        assert back["options"].tolist() == df["options"].tolist()
+
+
 def test_a_loss_named_in_the_file_or_given_as_the_function_trains_on_its_target(
     nets: Path, tmp_path: Path
 ) -> None:

@@ -254,6 +254,9 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
     ordered = [c for c in (*head, *middle, *tail) if c in seen]
     frame = pd.DataFrame.from_records(records, columns=ordered)
+    for column in ("options", "input_size"):  # a configuration's text: "" where it gave none
+        if column in frame.columns:
+            frame[column] = frame[column].fillna("")
     for column in (*COUNTED_COLUMNS, "tokens", "latency_n"):  # whole numbers, <NA> where none
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
