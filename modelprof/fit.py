@@ -54,6 +54,7 @@ from modelprof.errors import (
 )
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
+from modelprof.generation.lm import encoder_only, inner_hf_model, is_config, is_hf_model
 from modelprof.generation.profile import profile_generation
 from modelprof.generation.specs import lm_auto_class
 from modelprof.profile import profile
@@ -472,21 +473,17 @@ def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
     meta, the class built."""
     if isinstance(obj, nn.Module):
         config = getattr(obj, "config", None)
-        if not _is_config(config):
-            config = getattr(_inner_hf_model(obj), "config", None)
+        if not is_config(config):
+            config = getattr(inner_hf_model(obj), "config", None)
         return obj, config, None
     config = _as_config(obj)
     model = _from_config(config)
     return model, config, type(model).__name__
 
 
-def _is_config(obj: Any) -> bool:
-    return hasattr(obj, "to_dict") and hasattr(obj, "model_type") and not isinstance(obj, type)
-
-
 def _as_config(obj: Any) -> Any:
     """A transformers config from a config, a config class (its defaults) or a dict."""
-    if _is_config(obj):
+    if is_config(obj):
         return obj
     if isinstance(obj, type) and hasattr(obj, "model_type") and hasattr(obj, "to_dict"):
         return _built_config(obj.__name__, obj)
@@ -533,7 +530,7 @@ def _from_config(config: Any) -> nn.Module:
         model = _build(config, name, auto)
     finally:
         transformers.logging.set_verbosity(verbosity)
-    if name != "AutoModel" and _encoder_only(model):
+    if name != "AutoModel" and encoder_only(model):
         with contextlib.suppress(ModelProfError):  # (a class AutoModel maps, or the one built)
             model = _build(config, "AutoModel", transformers.AutoModel)
     return model
@@ -547,26 +544,6 @@ def _build(config: Any, name: str, auto: Any) -> nn.Module:
             raise ModelProfError(
                 f"fit(): {type(config).__name__} cannot build {name}: {error_line(e)}"
             ) from e
-
-
-def _encoder_only(model: nn.Module) -> bool:
-    """A transformers model (or the one inside ``model``) whose one config says it does not
-    decode (BERT's and RoBERTa's ``is_decoder=False``, XLM's ``is_encoder``), and whose
-    layers that read that flag say so too: an encoder, which keeps no KV cache. A config of
-    parts (an audio encoder beside a text decoder, an encoder-decoder) is judged by its parts:
-    not here."""
-    hf = model if _is_hf_model(model) else _inner_hf_model(model)
-    config = getattr(hf, "config", None)
-    said = getattr(config, "is_decoder", None)
-    if said is None and getattr(config, "is_encoder", None) is True:
-        said = False  # XLM's and Flaubert's word for it (transformers 5 has no is_decoder)
-    if hf is None or said is not False:
-        return False
-    if getattr(config, "is_encoder_decoder", False) or any(map(_is_config, vars(config).values())):
-        return False
-    flags = [getattr(m, "is_decoder", None) for m in hf.modules()]
-    flags = [f for f in flags if isinstance(f, bool)]
-    return bool(flags) and not any(flags)
 
 
 def _main_input(model: nn.Module) -> str:
@@ -964,29 +941,17 @@ def _caches(model: nn.Module) -> bool:
     """Whether ``model``'s forward takes a KV cache (``_CACHE_ARGUMENTS``: every decoder and
     encoder-decoder does, an encoder such as ViT none; BERT's takes one that it keeps only
     as a decoder)."""
-    if _encoder_only(model):
+    if encoder_only(model):
         return False
     params = forward_parameters(model)
     if _CACHE_ARGUMENTS & set(params):
         return True
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    if not takes_any or _is_hf_model(model):  # a transformers model says for itself
+    if not takes_any or is_hf_model(model):  # a transformers model says for itself
         return False
     # a wrapper passing everything on (forward(*args, **kwargs)): the model it wraps decides
-    inner = _inner_hf_model(model)
+    inner = inner_hf_model(model)
     return inner is not None and bool(_CACHE_ARGUMENTS & set(forward_parameters(inner)))
-
-
-def _inner_hf_model(model: nn.Module) -> nn.Module | None:
-    """The first transformers model inside a user's ``model``."""
-    return next((m for m in model.modules() if m is not model and _is_hf_model(m)), None)
-
-
-def _is_hf_model(module: nn.Module) -> bool:
-    """A transformers model (its class names a ``base_model_prefix``, with a config)."""
-    return hasattr(type(module), "base_model_prefix") and _is_config(
-        getattr(module, "config", None)
-    )
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:

@@ -27,7 +27,11 @@ __all__ = [
     "LanguageModel",
     "StepModule",
     "decoder_start",
+    "encoder_only",
     "greedy_next",
+    "inner_hf_model",
+    "is_config",
+    "is_hf_model",
     "is_hf_causal_lm",
     "language_model",
     "outputs_by_name",
@@ -44,6 +48,40 @@ def is_hf_causal_lm(model: Any) -> bool:
         and callable(getattr(model, "generate", None))
         and hasattr(model, "generation_config")
     )
+
+
+def encoder_only(model: nn.Module) -> bool:
+    """A transformers model (or the one inside ``model``) whose one config says it does not
+    decode (BERT's and RoBERTa's ``is_decoder=False``, XLM's ``is_encoder``), and whose
+    layers that read that flag say so too: an encoder, which keeps no KV cache. A config of
+    parts (an audio encoder beside a text decoder, an encoder-decoder) is judged by its parts:
+    not here."""
+    hf = model if is_hf_model(model) else inner_hf_model(model)
+    config = getattr(hf, "config", None)
+    said = getattr(config, "is_decoder", None)
+    if said is None and getattr(config, "is_encoder", None) is True:
+        said = False  # XLM's and Flaubert's word for it (transformers 5 has no is_decoder)
+    if hf is None or said is not False:
+        return False
+    if getattr(config, "is_encoder_decoder", False) or any(map(is_config, vars(config).values())):
+        return False
+    flags = [getattr(m, "is_decoder", None) for m in hf.modules()]
+    flags = [f for f in flags if isinstance(f, bool)]
+    return bool(flags) and not any(flags)
+
+
+def inner_hf_model(model: nn.Module) -> nn.Module | None:
+    """The first transformers model inside a user's ``model``."""
+    return next((m for m in model.modules() if m is not model and is_hf_model(m)), None)
+
+
+def is_hf_model(module: nn.Module) -> bool:
+    """A transformers model (its class names a ``base_model_prefix``, with a config)."""
+    return hasattr(type(module), "base_model_prefix") and is_config(getattr(module, "config", None))
+
+
+def is_config(obj: Any) -> bool:
+    return hasattr(obj, "to_dict") and hasattr(obj, "model_type") and not isinstance(obj, type)
 
 
 def greedy_next(logits: Any, what: str) -> torch.Tensor:
@@ -429,5 +467,13 @@ def language_model(
             f"model={type(model).__name__} is not a HuggingFace causal LM "
             "(no config/generate); pass step=lambda tokens, cache: "
             "(logits, cache) for any other model"
+        )
+    if step is None and encoder_only(model):  # (transformers only logs it, and runs it)
+        flags = ("is_decoder=False", "is_decoder=True"), ("is_encoder=True", "is_encoder=False")
+        said, fix = flags[not hasattr(model.config, "is_decoder")]
+        raise ModelProfError(
+            f"model={type(model).__name__} is built bidirectional (config.{said}), not as a "
+            f"causal LM: it keeps no KV cache and its tokens see later ones; build it with "
+            f"config.{fix} (on the command line: add {fix} to the config SPEC)"
         )
     return LanguageModel(model, step, cache, device, dtype)
