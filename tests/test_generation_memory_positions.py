@@ -64,6 +64,26 @@ def test_a_generation_whose_last_token_needs_no_position_is_profiled():
         profile_generation(model, prompt_len=60, new_tokens=6, timing=False)
 
 
+def test_a_prompt_filling_every_position_runs_one_new_token():
+    # prompt 64 + 1 new token on 64 positions: the prefill feeds positions 0..63 and makes the
+    # one new token, never fed: 64 + 1 - 1 = 64 positions. HF's generate runs it; it was
+    # refused as "prompt_len=64 does not fit the model's 64 positions"
+    import torch
+
+    from modelprof import profile_generation
+
+    model = _llama_of(64)
+    out = model.generate(torch.zeros(1, 64, dtype=torch.long), max_new_tokens=1, do_sample=False)
+    assert out.shape == (1, 65)
+    report = profile_generation(model, prompt_len=64, new_tokens=1, contexts=[10], timing=False)
+    assert report.spec.contexts == (10,)  # as given, nothing added
+    # no decode step runs, so the default one (at context 64, needing 65 positions) is named
+    with pytest.raises(ModelProfError, match=r"new_tokens=1 runs no decode step, and the one "):
+        profile_generation(model, prompt_len=64, new_tokens=1, timing=False)
+    with pytest.raises(ModelProfError, match=r"prompt_len=65 does not fit the model's 64 "):
+        profile_generation(model, prompt_len=65, new_tokens=1, timing=False)
+
+
 def test_the_kv_line_names_its_batch_where_several_were_profiled():
     # 2 layers x 2 KV heads x head_dim 16 (64 / 4 heads) x 2 (K and V) x 4 bytes = 512 B a
     # token; report.kv is the first batch size's cache (1 sequence of 16 + 6 - 1 = 21 tokens:

@@ -99,7 +99,7 @@ class GenerationSpec:
             else tuple(sorted(_int_list("contexts", contexts)))
         )
         if max_positions is not None:
-            if p >= max_positions:
+            if p > max_positions:
                 raise ModelProfError(
                     f"prompt_len={p} does not fit the model's {max_positions} {positions}"
                 )
@@ -118,6 +118,12 @@ class GenerationSpec:
                     f"than the model's {max_positions} {positions}"
                 )
             over = [c for c in ctx if c + 1 > max_positions]
+            if over and contexts is None:  # new_tokens=1 at a prompt filling every position
+                raise ModelProfError(
+                    f"new_tokens={n} runs no decode step, and the one profiled by default (at "
+                    f"context prompt_len={p}) needs {p + 1} positions, the model has "
+                    f"{max_positions} {positions}; pass contexts= below {max_positions}"
+                )
             if over:
                 raise ModelProfError(
                     f"contexts={list(ctx)}: a decode step at {over[0]} needs "
