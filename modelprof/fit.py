@@ -56,7 +56,7 @@ from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_co
 from modelprof.generation.encoder import source_length
 from modelprof.generation.lm import encoder_only, inner_hf_model, is_config, is_hf_model
 from modelprof.generation.profile import profile_generation
-from modelprof.generation.specs import lm_auto_class
+from modelprof.generation.specs import check_counts, lm_auto_class
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
@@ -476,7 +476,7 @@ def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
         if not is_config(config):
             config = getattr(inner_hf_model(obj), "config", None)
         return obj, config, None
-    config = _as_config(obj)
+    config = check_counts(_as_config(obj), f"fit(): {type(obj).__name__}")
     model = _from_config(config)
     return model, config, type(model).__name__
 

@@ -121,11 +121,33 @@ def test_generate_config_json_on_meta(tmp_path, capsys):
             "hidden_size='abc' must be an integer, like its default 4096",
         ),
         ("LlamaConfig:rms_norm_eps=tiny", "rms_norm_eps='tiny' must be a number"),
+        # an internal error (rc 1) from the cache of -1 layers before; an error in the
+        # embedding, naming no vocab_size
+        (TINY.replace("layers=2", "layers=-1"), "num_hidden_layers=-1 counts something and"),
+        (TINY.replace("size=128", "size=0"), "vocab_size=0 leaves no token id to feed the model"),
     ],
 )
 def test_generate_bad_spec(spec, message, capsys):
     assert main(["generate", spec, "--no-timing"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fit_refuses_a_negative_count_in_a_spec_a_json_and_a_config(tmp_path, capsys):
+    from transformers import LlamaConfig, ViltConfig
+
+    from modelprof import ModelProfError, fit
+    from modelprof.generation.specs import check_counts
+
+    # fit printed a plan for the -1 layers (as 0) before
+    assert main(["fit", "LlamaConfig:num_hidden_layers=-1"]) == 2
+    assert "num_hidden_layers=-1 counts something" in capsys.readouterr().err
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_head": -2}))
+    assert main(["fit", str(cfg)]) == 2
+    assert "n_head=-2 counts something" in capsys.readouterr().err
+    with pytest.raises(ModelProfError, match=r"fit\(\): LlamaConfig: num_hidden_layers=-1"):
+        fit(LlamaConfig(num_hidden_layers=-1))
+    check_counts(ViltConfig(), "Vilt")  # its own default num_images=-1 ("any") is no error
 
 
 def test_generate_times_a_tiny_model(capsys):

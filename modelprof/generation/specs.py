@@ -10,16 +10,17 @@ import contextlib
 import difflib
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, error_line
+from modelprof.errors import ModelProfError, error_line, is_int
 from modelprof.models import config_names_near, load_spec
 
-__all__ = ["load_language_model", "load_sized_model", "parse_overrides"]
+__all__ = ["check_counts", "load_language_model", "load_sized_model", "parse_overrides"]
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -62,12 +63,15 @@ def _config(spec: str) -> Any:
         if kind is None:
             raise ModelProfError(f"SPEC {spec!r} has no 'model_type' (e.g. \"llama\")")
         try:
-            return transformers.AutoConfig.for_model(kind, **data)
+            known = transformers.AutoConfig.for_model(kind)
         except ValueError as e:
             raise ModelProfError(
                 f"SPEC {spec!r}: model_type {kind!r} is unknown to "
                 f"transformers {transformers.__version__}"
             ) from e
+        for key, value in data.items():
+            _check_kind(spec, key, value, getattr(known, key, None))
+        return check_counts(_made(spec, type(known), data), f"SPEC {spec!r}")
     name, _, overrides = spec.partition(":")
     near = config_names_near(name, transformers)
     if not name.endswith("Config") and not (near and name[:1].isupper()):
@@ -90,7 +94,28 @@ def _config(spec: str) -> Any:
         )
     for key, value in kwargs.items():
         _check_kind(spec, key, value, getattr(known, key, None))
-    return _made(spec, cls, kwargs)
+    return check_counts(_made(spec, cls, kwargs), f"SPEC {spec!r}")
+
+
+#: a config's integer fields that count things (layers, heads, widths, the vocabulary)
+_COUNTS = re.compile(r"^(num_|n_)|_size$")
+
+
+def check_counts(config: Any, who: str) -> Any:
+    """``config``, whose fields that count things are not negative (where its class's defaults
+    are not: Vilt's ``num_images=-1`` means "any") and whose ``vocab_size`` is not 0: either
+    fails far from the value, in the model's build, its cache or its embedding."""
+    defaults: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # (a config class that takes no defaults)
+        defaults = type(config)().to_dict()
+    for key, value in config.to_dict().items():
+        if not is_int(value) or not _COUNTS.search(key):
+            continue
+        if value < 0 <= (defaults.get(key) if is_int(defaults.get(key)) else 0):
+            raise ModelProfError(f"{who}: {key}={value} counts something and cannot be negative")
+        if key == "vocab_size" and value == 0:
+            raise ModelProfError(f"{who}: vocab_size=0 leaves no token id to feed the model")
+    return config
 
 
 def _attributes_taken(cls: Any, known: Any, transformers: Any) -> set[str]:
