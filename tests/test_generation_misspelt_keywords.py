@@ -68,3 +68,9 @@ def test_the_measuring_functions_name_their_own_keywords_too():
         measure_latency(model, input_size=(4,), devce="cpu")
     with pytest.raises(ModelProfError, match=r"\(budgt_s=: did you mean budget_s=\?\)"):
         measure_latency(model, input_size=(4,), budgt_s=1.0)
+
+
+def test_per_layer_false_points_to_layer_timing():
+    # per_layer picks how layers are timed; the option that times none is layer_timing=False
+    with pytest.raises(ModelProfError, match=r"profile_generation's layer_timing=False times no"):
+        profile_generation(tiny_llama(), prompt_len=4, new_tokens=2, per_layer=False)

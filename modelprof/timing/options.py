@@ -155,7 +155,12 @@ class TimingOptions:
         values.update(kwargs)
         for name, allowed in _MODES.items():
             if values[name] not in allowed:
-                raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}")
+                off = name == "per_layer" and values[name] in (False, None)
+                why = off * (
+                    "; it picks how to time layers (profile_generation's layer_timing=False "
+                    "times none)"
+                )
+                raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}{why}")
         if values["latency_mode"] == "pipelined" and values["transfer"]:
             raise ModelProfError(
                 "latency_mode='pipelined' with transfer=True: a pipelined stream overlaps the "
