@@ -27,7 +27,12 @@ from modelprof.errors import (
 )
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
-from modelprof.report.comparison import Comparison, every_model_failed, note_failed
+from modelprof.report.comparison import (
+    Comparison,
+    every_model_failed,
+    note_failed,
+    warn_failed,
+)
 from modelprof.report.report import display_name
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE, totals_of
 from modelprof.runtime.agree import agreed_timing
@@ -237,8 +242,7 @@ def compare(
             bar.close()
     table = {n: rows[n] if n in rows else {"error": failed[n]} for n in named}
     if run.opts.warn:  # a row alone is easy to miss
-        for name, error in failed.items():
-            warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
+        warn_failed(failed)
     df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
     if df["input_shape"].nunique() > 1:  # said where its ratios are read
         run.notes.append(_OWN_INPUTS_NOTE)

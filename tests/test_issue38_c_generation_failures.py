@@ -68,6 +68,30 @@ def test_every_model_failing_names_each():
     assert "model 'b': RuntimeError: boom" in str(err.value)
 
 
+def test_a_failing_model_is_warned_as_compare_warns_it():
+    # compare() warns each failed model (a row alone is easy to miss); this table warned none
+    from modelprof import ModelProfWarning
+
+    quick = {**QUICK, "warn": True}
+    with pytest.warns(ModelProfWarning, match=r"modelprof: bad failed and is not compared: Runt"):
+        compare_generation({"good": _lm(), "bad": _failing(0)}, 4, 3, **quick)
+
+
+def test_an_encoder_decoders_cross_attention_cache_is_named_beside_its_kv_bytes():
+    from helpers import tiny_t5
+
+    df = compare_generation({"gpt2": _lm(), "t5": tiny_t5()}, 4, 3, **QUICK)
+    # GPT-2: 2 (K, V) x 1 layer x 32 wide x 4 B = 256 B a token, its whole cache
+    assert df.loc["gpt2", "kv_bytes_per_token"] == 256
+    # T5's, 2 x 2 decoder layers x 8 (2 heads x d_kv 4) x 4 B = 128 B, its self-attention
+    # only: its cross-attention cache (as much per source token) is said apart
+    assert df.loc["t5", "kv_bytes_per_token"] == 128
+    assert any(
+        note.startswith("kv_bytes_per_token: the decoder's self-attention cache; t5 also keep")
+        for note in df.attrs["notes"]
+    )
+
+
 @pytest.mark.parametrize("after", [3, 6])  # a plain pass's call; a hooked pass's call
 def test_a_failure_while_timing_layers_names_the_model_not_modelprofs_wrapper(after):
     # a newcomer read "forward of _Timed failed in the model (_Timed)": the per-phase wrapper

@@ -21,7 +21,12 @@ from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec, counts_last_token
 from modelprof.generation.timing import generation_sampler, stable_flags, timing_from
-from modelprof.report.comparison import Comparison, every_model_failed, note_failed
+from modelprof.report.comparison import (
+    Comparison,
+    every_model_failed,
+    note_failed,
+    warn_failed,
+)
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
@@ -60,8 +65,8 @@ def compare_generation(
 ) -> Comparison:
     """One row per model (a :class:`~modelprof.report.comparison.Comparison`, so that
     ``.render.to_latex()`` and its siblings give the humanised table): TTFT, TPOT and
-    end-to-end medians with intervals, tokens/s, counted decode MACs and KV bytes per token,
-    and ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that
+    end-to-end medians with intervals, tokens/s, counted decode MACs and KV bytes per token
+    (self-attention's: a note names an encoder-decoder's cross-attention cache), and ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that
     fails: the first that ran) with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU
     work beside it (``*_cpu_ms``, ``*_cpu_x``; ``wall_over_cpu``: the largest of the figures',
     ``loaded``: any of them). ``rank`` (1 = fastest end to end; ties where the rounds cannot
@@ -71,7 +76,7 @@ def compare_generation(
     none when a model is undersampled or the ranked ratio disagrees with its rounds
     (``<ratio>_rough``, ``attrs["notes"]``). ``models`` maps names to HuggingFace causal LMs or
     encoder-decoders (their encoder's inputs built from the config); a model that fails gets
-    its error in its row."""
+    its error in its row, and a warning as in ``compare``."""
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(
             f"models= must be a non-empty dict of name -> model, got {_described(models)}; name "
@@ -106,6 +111,8 @@ def compare_generation(
         timing_from(runner, runner.run, s, spec)
         for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
+    if opts.warn:  # as compare()'s: a row alone is easy to miss
+        warn_failed(failed)
     df = _with_failed(_table(lms, timings, opts), failed, list(models)).reindex(order)
     name, lm, spec, _ = lms[0]  # the caption's: the baseline's run, as compare()'s
     env = collect_env(lm.device, dtype=lm.dtype, batch_size=batch_size)
@@ -312,7 +319,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
     measured = [m for t in timings for m in _measured(t)]
     # ranked by CPU work when every figure has one thread's CPU time and any was loaded
     on_cpu = all(m.cpu_holds for m in measured) and any(m.loaded for m in measured)
-    notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
+    notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}", *_cross_attention_note(lms)]
     notes += floor_notes(t.end_to_end for t in timings)
     df.attrs.update(ratio_estimator=RATIO_ESTIMATOR, ranked_by="cpu_work" if on_cpu else "latency")
     ranking = "end_to_end_cpu_x" if on_cpu else "end_to_end_x"
@@ -346,6 +353,17 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
     if said:  # for the caption: which figures are marked ~, and why
         df.attrs["unquotable_generation"] = said
     return df
+
+
+def _cross_attention_note(lms: list) -> list[str]:
+    """The note that ``kv_bytes_per_token`` leaves out the encoder-decoders' cross-attention
+    cache (T5's read as GPT-2's, though it holds as much again per source token)."""
+    crossed = [name for name, lm, *_ in lms if lm.encoder is not None]
+    return [
+        f"kv_bytes_per_token: the decoder's self-attention cache; {', '.join(crossed)} also "
+        "keep a cross-attention cache of the encoded source, fixed at its length, not in it "
+        "(profile_generation(...).kv.cross_bytes)"
+    ] * bool(crossed)
 
 
 _FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "end to end"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.render.comparison import export_comparison
 from modelprof.render.formats import Exports
 from modelprof.report.plots import plot_cost_latency
@@ -70,6 +70,12 @@ def note_failed(attrs: dict[str, Any], failed: Mapping[str, str], *first: str) -
         *first,
         *(f"{n} failed and is not compared (its error column says why)" for n in failed),
     ]
+
+
+def warn_failed(failed: Mapping[str, str]) -> None:
+    """A warning per model that failed: its row alone is easy to miss."""
+    for name, error in failed.items():
+        warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
 
 
 def every_model_failed(failed: Mapping[str, str]) -> ModelProfError:
