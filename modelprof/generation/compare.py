@@ -358,7 +358,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
 def _cross_attention_note(lms: list) -> list[str]:
     """The note that ``kv_bytes_per_token`` leaves out the encoder-decoders' cross-attention
     cache (T5's read as GPT-2's, though it holds as much again per source token)."""
-    crossed = [name for name, lm, *_ in lms if lm.encoder is not None]
+    crossed = [name for name, lm, *_ in lms if getattr(lm, "encoder", None) is not None]
     return [
         f"kv_bytes_per_token: the decoder's self-attention cache; {', '.join(crossed)} also "
         "keep a cross-attention cache of the encoded source, fixed at its length, not in it "
