@@ -66,8 +66,9 @@ def compare_generation(
     """One row per model (a :class:`~modelprof.report.comparison.Comparison`, so that
     ``.render.to_latex()`` and its siblings give the humanised table): TTFT, TPOT and
     end-to-end medians with intervals, tokens/s, counted decode MACs and KV bytes per token
-    (self-attention's: a note names an encoder-decoder's cross-attention cache), and ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that
-    fails: the first that ran) with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU
+    (self-attention's: a note names an encoder-decoder's cross-attention cache), and
+    ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that fails: the
+    first that ran) with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU
     work beside it (``*_cpu_ms``, ``*_cpu_x``; ``wall_over_cpu``: the largest of the figures',
     ``loaded``: any of them). ``rank`` (1 = fastest end to end; ties where the rounds cannot
     order two) follows
