@@ -35,7 +35,7 @@ from modelprof.runtime.execution import (
     random_kept,
     to_channels_last,
 )
-from modelprof.runtime.exported import exported_layers, is_flat_export, runnable
+from modelprof.runtime.exported import check_recorded, exported_layers, is_flat_export, runnable
 from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size, refuses_call
@@ -132,7 +132,7 @@ def profile(
     # the clean runs time what was passed (a program: its flat module()), whatever the
     # per-layer passes run: an exported program unflattened into its layers, one row each
     clean = runnable(model) if timing else None
-    model = exported_layers(model)
+    program, model = model, exported_layers(model)
     spec = _parse(model, timing, registry, options, timing_options, what_helps)
     mode = RunMode.parse(  # how every pass runs the model, parsed once here
         backward=backward,
@@ -165,6 +165,7 @@ def profile(
             device=local_device(device),
             dtype=mode.dtype,
         )
+        check_recorded(program, mi.args, mi.kwargs)  # before it runs: its guards name no input
         passed.add(mi.args, mi.kwargs)  # moved or made copies: each pass sees them as made
         if is_flat_export(model):  # ExportedProgram.module(): re-exported with its layers
             model = exported_layers(model, (mi.args, mi.kwargs))

@@ -315,6 +315,21 @@ def test_call_layout_reads_an_exported_programs_positional_and_keyword_inputs() 
     assert compat.call_layout(nn.Linear(2, 2)) is None  # no call spec
 
 
+def test_dim_range_reads_a_dynamic_dimensions_bounds() -> None:
+    def recorded(program):  # the shape of its one input, as its placeholder recorded it
+        (name,) = program.graph_signature.user_inputs
+        return next(n for n in program.graph.nodes if n.name == name).meta["val"].shape
+
+    x, model = torch.ones(4, 3), nn.Linear(3, 2)
+    bounded = torch.export.export(
+        model, (x,), dynamic_shapes=({0: torch.export.Dim("b", min=2, max=16)},)
+    )
+    assert compat.dim_range(bounded, recorded(bounded)[0]) == (2, 16)
+    unbounded = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert compat.dim_range(unbounded, recorded(unbounded)[0])[1] is None  # no upper bound
+    assert compat.dim_range(bounded, recorded(bounded)[1]) is None  # 3: static, no symbol
+
+
 def test_fast_ranges_reach_the_profilers_raw_events() -> None:
     # two nested ranges around one op: both come back by name, the op between their stamps,
     # with the fields modelprof.timing.kernels reads

@@ -4,6 +4,7 @@ typed as in the eager model, with the eager model's counts."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pandas as pd
@@ -129,7 +130,8 @@ def test_a_fixed_batch_refused_by_the_program_gets_no_batch_hint():
         program = torch.export.export(model, (torch.randn(1, 3, 8, 8),))
     with pytest.raises(ModelProfError) as e:
         profile(program, (3, 8, 8), batch_size=4, timing=False)
-    assert "shape[0] to be equal to 1" in str(e.value) and "hint:" not in str(e.value)
+    assert "shape 1x3x8x8 (as recorded); given 4x3x8x8" in str(e.value)
+    assert "hint:" not in str(e.value)
     # a size the program was exported at runs: Conv2d(3, 4, 3) at 8 x 8, 6 x 6 outputs x 4
     # channels x 3 x 9 = 3,888 MACs
     assert profile(program, (3, 8, 8), timing=False).totals["macs"] == 4 * 3 * 9 * 36
@@ -237,6 +239,41 @@ def test_the_latency_functions_time_a_program_as_its_module(module_calls):
         dynamic = torch.export.export(eager, (x,), dynamic_shapes=({0: batch},))
         curve = measure_throughput(dynamic, (8,), max_batch=2, budget_s=0.05)
     assert [p.batch_size for p in curve.points] == [1, 2] and module_calls[-1][0] > 0
+
+
+def test_inputs_a_program_was_not_recorded_for_are_refused_before_it_runs(module_calls):
+    from modelprof import ModelProfError, measure_latencies, measure_latency
+
+    x, program = _flat_program()  # recorded at 2 x 8
+    wrong = re.escape("the exported program takes inputs of shape 2x8 (as recorded); given")
+    with pytest.raises(ModelProfError, match=f"{wrong} 2x4"):  # the features, not the batch
+        profile(program, (4,), batch_size=2, budget_s=0.1)
+    with pytest.raises(ModelProfError, match=f"{wrong} 1x8"):  # input_size's batch of 1
+        profile(program, (8,), timing=False)
+    with pytest.raises(ModelProfError, match=f"{wrong} 2x4"):  # not _guards_fn's failure
+        measure_latency(program, inputs=torch.randn(2, 4), budget_s=0.1)
+    with pytest.raises(ModelProfError, match=f"candidate 'ep': {wrong} 2x4"):
+        measure_latencies({"ep": program}, torch.randn(2, 4), budget_s=0.1)
+    assert [c[0] for c in module_calls] == [0, 0, 0]  # each module() made, none called
+    eager = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    batch = torch.export.Dim("b", min=2, max=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dynamic = torch.export.export(eager, (x,), dynamic_shapes=({0: batch},))
+    with pytest.raises(ModelProfError, match=r"shape \[2\.\.16\]x8 \(as recorded\); given 1x8"):
+        profile(dynamic, (8,), timing=False)
+    # a batch in its range runs: 16 x (8x8 + 8x4) = 1,536 MACs
+    assert profile(dynamic, (8,), batch_size=16, timing=False).totals["macs"] == 1536
+
+
+def test_the_command_line_names_the_shape_a_pt2_recorded(tmp_path, capsys):
+    from modelprof.cli import main
+
+    _, program = _flat_program()
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(program, path)
+    assert main(["profile", str(path), "--no-timing", "--input-size", "4"]) != 0
+    assert "shape 2x8 (as recorded); given 1x4" in capsys.readouterr().err
 
 
 def test_the_command_line_compares_and_searches_a_pt2_as_its_program_runs(

@@ -427,6 +427,18 @@ def call_layout(program: Any) -> tuple[list[int], list[tuple[str, int]]] | None:
         return None
 
 
+def dim_range(program: Any, dim: Any) -> tuple[int, int | None] | None:
+    """The sizes an ``ExportedProgram`` takes at a dynamic dimension (a ``SymInt`` of a
+    placeholder's recorded value): ``(low, high)``, ``high`` None where unbounded, from its
+    ``range_constraints`` (keyed by the symbol, ``SymInt.node.expr``; unbounded: an infinity,
+    no sympy Integer; 2.4-2.14); None where the dimension is an expression they do not key."""
+    bounds = program.range_constraints.get(getattr(getattr(dim, "node", None), "expr", None))
+    if bounds is None:
+        return None
+    high = bounds.upper  # unbounded: torch's int_oo, which is no sympy Integer
+    return int(bounds.lower), int(high) if high.is_Integer else None
+
+
 def _tree_children(spec: Any) -> list[Any]:
     """A ``TreeSpec``'s child specs."""
     children = getattr(spec, "children", None)

@@ -15,8 +15,16 @@ from torch import nn
 
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import shape_str
 
-__all__ = ["arranged", "exported_layers", "input_names", "is_flat_export", "runnable"]
+__all__ = [
+    "arranged",
+    "check_recorded",
+    "exported_layers",
+    "input_names",
+    "is_flat_export",
+    "runnable",
+]
 
 
 def runnable(model: Any) -> Any:
@@ -74,6 +82,56 @@ def arranged(
             f"exported with); {'; '.join(wrong)}"
         )
     return tuple(given[n] for n in positional), {n: given[n] for n in keywords}
+
+
+def check_recorded(program: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Refuse inputs an ``ExportedProgram`` was not recorded for, before it runs: a tensor
+    whose rank, a static dimension or a dynamic one outside its range differs from what the
+    program recorded (its guards would refuse it mid-run, naming their own module, after a
+    default batch of 1 ran unsaid). Anything else (not a program, inputs laid out otherwise,
+    which :func:`arranged` or the call refuses) passes."""
+    names = input_names(program) if isinstance(program, torch.export.ExportedProgram) else None
+    if names is None or len(args) != len(names[0]) or set(kwargs) != set(names[1]):
+        return
+    given = [*args, *(kwargs[k] for k in names[1])]
+    vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    recorded = [vals[n] for n in program.graph_signature.user_inputs]
+    pairs = [(g, r) for g, r in zip(given, recorded) if isinstance(g, torch.Tensor)]
+    if all(_fits(program, g, r) for g, r in pairs):
+        return
+    raise ModelProfError(
+        "the exported program takes inputs of shape "
+        f"{', '.join(_dims(program, r) for _, r in pairs)} (as recorded); given "
+        f"{shape_str([g for g, _ in pairs])}. "
+        "Pass inputs of the recorded shape (a .pt2 without --input-size runs on the inputs it "
+        "recorded), or export with a dynamic dimension (torch.export.Dim)"
+    )
+
+
+def _fits(program: Any, given: torch.Tensor, recorded: torch.Tensor) -> bool:
+    """Whether ``given`` has ``recorded``'s rank and each size it takes (:func:`_sizes`)."""
+    return given.dim() == recorded.dim() and all(
+        lo <= g and (hi is None or g <= hi)
+        for g, (lo, hi) in zip(given.shape, _sizes(program, recorded))
+    )
+
+
+def _sizes(program: Any, recorded: torch.Tensor) -> list[tuple[int, int | None]]:
+    """Each dimension's sizes ``(low, high)`` a program takes: one for a static dimension, its
+    range for a dynamic one (``(0, None)`` where the program keys none)."""
+    return [
+        (d, d) if isinstance(d, int) else compat.dim_range(program, d) or (0, None)
+        for d in recorded.shape
+    ]
+
+
+def _dims(program: Any, recorded: torch.Tensor) -> str:
+    """``4x64``; a dynamic dimension as its range, ``[2..16]x64`` (``[2..]`` unbounded)."""
+    text = "x".join(
+        str(lo) if lo == hi else f"[{lo}..{'' if hi is None else hi}]"
+        for lo, hi in _sizes(program, recorded)
+    )
+    return text or "()"  # a 0-d tensor, as shape_str writes it
 
 
 def is_flat_export(model: Any) -> bool:

@@ -22,7 +22,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
-from modelprof.runtime.exported import runnable
+from modelprof.runtime.exported import check_recorded, runnable
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.latency import TimedCall, given_back, no_inputs_hint, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms, load_note, quieter_machine
@@ -461,7 +461,7 @@ def measure_latencies(
         raise ModelProfError(
             f"candidates={candidates!r} must be a non-empty dict {{name: callable}}"
         )
-    candidates = {name: runnable(fn) for name, fn in candidates.items()}  # a program: module()
+    programs, candidates = candidates, {name: runnable(fn) for name, fn in candidates.items()}
     training = legacy_eval_mode(training, timing_options, "measure_latencies")
     opts = TimingOptions.parse(options, **timing_options)
     prepared = []
@@ -476,6 +476,7 @@ def measure_latencies(
                 dtype=dtype,
                 channels_last=opts.channels_last,
             )
+            check_recorded(programs[name], mi.args, mi.kwargs)  # a program: before it runs
         except ModelProfError as e:  # say which candidate
             raise ModelProfError(f"candidate {str(name)!r}: {e}") from e
         prepared.append(Candidate(str(name), fn, target, mi))

@@ -29,7 +29,7 @@ from modelprof.runtime.execution import (
     running,
     to_channels_last,
 )
-from modelprof.runtime.exported import is_flat_export, runnable
+from modelprof.runtime.exported import check_recorded, is_flat_export, runnable
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import StateGuard, preserved_state, set_training
@@ -475,7 +475,7 @@ def measure_latency(
     (which cannot be called) is timed as its ``module()``: what running it means.
     """
     t_begin = time.perf_counter()
-    fn_or_model = runnable(fn_or_model)  # an ExportedProgram: its module(), as it runs
+    program, fn_or_model = fn_or_model, runnable(fn_or_model)  # a program: its module()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
     check_option_names(timing_options, own=_KEYWORDS)  # devce=
     opts = TimingOptions.parse(options, **timing_options)
@@ -488,6 +488,7 @@ def measure_latency(
         dtype=dtype,
         channels_last=opts.channels_last,
     )
+    check_recorded(program, mi.args, mi.kwargs)  # before it runs: its guards name no input
     with (
         no_inputs_hint([fn_or_model], inputs, input_size),
         agreed_timing([fn_or_model]),
