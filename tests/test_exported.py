@@ -242,7 +242,7 @@ def test_the_latency_functions_time_a_program_as_its_module(module_calls):
 
 
 def test_inputs_a_program_was_not_recorded_for_are_refused_before_it_runs(module_calls):
-    from modelprof import ModelProfError, measure_latencies, measure_latency
+    from modelprof import ModelProfError, measure_latencies, measure_latency, measure_throughput
 
     x, program = _flat_program()  # recorded at 2 x 8
     wrong = re.escape("the exported program takes inputs of shape 2x8 (as recorded); given")
@@ -254,7 +254,9 @@ def test_inputs_a_program_was_not_recorded_for_are_refused_before_it_runs(module
         measure_latency(program, inputs=torch.randn(2, 4), budget_s=0.1)
     with pytest.raises(ModelProfError, match=f"candidate 'ep': {wrong} 2x4"):
         measure_latencies({"ep": program}, torch.randn(2, 4), budget_s=0.1)
-    assert [c[0] for c in module_calls] == [0, 0, 0]  # each module() made, none called
+    with pytest.raises(ModelProfError, match=f"{wrong} 1x8"):  # its search's first batch
+        measure_throughput(program, (8,), max_batch=2, budget_s=0.05)
+    assert [c[0] for c in module_calls] == [0, 0, 0, 0]  # each module() made, none called
     eager = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
     batch = torch.export.Dim("b", min=2, max=16)
     with warnings.catch_warnings():

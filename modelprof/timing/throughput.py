@@ -45,9 +45,9 @@ from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
 from modelprof.runtime.execution import random_kept
-from modelprof.runtime.exported import runnable
+from modelprof.runtime.exported import check_recorded, runnable
 from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.inputs import parse_dtype, parse_input_size, token_inputs
+from modelprof.runtime.inputs import parse_dtype, parse_input_size, split_inputs, token_inputs
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import FIRST_CALL, HELD_BYTES, measure_latency, resolve_call
@@ -569,10 +569,10 @@ def measure_throughput(
     :func:`modelprof.step.throughput.step_measure` times whole training steps
     (``compare(backward=True, throughput=True)`` uses it); then ``training``/``no_grad`` change
     nothing that runs. An ``ExportedProgram`` is timed as its ``module()``, what running it
-    means; its guards refuse a batch size it was not exported for (export it with a dynamic
-    batch dimension, ``torch.export.Dim``).
+    means; a batch size it was not exported for is refused before it runs, naming the shape
+    it recorded (export it with a dynamic batch dimension, ``torch.export.Dim``).
     """
-    model = runnable(model)
+    program, model = model, runnable(model)
     max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
     check_callback("on_point", on_point)
     for bad in ("inputs", "batch_size", "input_size"):  # what the search makes itself
@@ -599,7 +599,7 @@ def measure_throughput(
     if dev.type == "meta":  # asked for, or where the model lies: it timed shapes alone
         raise ModelProfError("device='meta' has no clock: measure_throughput times real runs")
     switches = {"training": training, "no_grad": no_grad}
-    point = _Point(target, input_size, dev, dt, opts, switches, measure, (model, tokens))
+    point = _Point(target, input_size, dev, dt, opts, switches, measure, (model, tokens), program)
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(
         model, point, max_batch, (gain, patience), on_point
@@ -737,6 +737,7 @@ class _Point:
     switches: dict[str, bool]
     timed: PointMeasure | None = None  # (measure_throughput's ``measure``)
     tokens: tuple[Any, int | None] = (None, None)  # (the user's model, a token length)
+    program: Any = None  # an ExportedProgram passed: its recorded shapes, checked per batch
 
     def __post_init__(self) -> None:
         self.cuda = self.dev.type == "cuda"
@@ -749,6 +750,11 @@ class _Point:
             given: dict[str, Any] = {"input_size": self.input_size, "batch_size": batch}
         else:  # the user's module (a placed copy has the same vocabulary and forward)
             given = {"inputs": token_inputs(model, length, batch, device=self.dev)}
+        if self.program is not None:  # before it runs: its guards name no input
+            made = given.get("inputs") or tuple(
+                torch.empty(batch, *s, device="meta") for s in parse_input_size(self.input_size)
+            )
+            check_recorded(self.program, *split_inputs(made))
         return measure_latency(
             self.target,
             **given,
