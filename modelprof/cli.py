@@ -26,7 +26,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -273,12 +273,25 @@ def _bytes_arg(text: str) -> float:
     return number
 
 
-def _dtype_name(value: str) -> str:
-    """``--dtype``'s value as its choices spell it, from any name ``dtype=`` takes (``bf16``)."""
+#: ``--dtype``'s choices; ``--amp``'s the two half-precision ones
+_FLOATS = ("float32", "float16", "bfloat16", "float64")
+
+
+def _dtype_name(*allowed: str) -> Callable[[str], str]:
+    """``--dtype``'s (``--amp``'s) value as ``allowed`` spell it, from any name ``dtype=`` takes
+    (``bf16``); another is refused naming every spelling that works, as ``dtype=``'s error does."""
     from modelprof.runtime.inputs import DTYPE_NAMES
 
-    found = DTYPE_NAMES.get(value.strip().lower())
-    return str(found).removeprefix("torch.") if found is not None else value
+    def name(value: str) -> str:
+        found = str(DTYPE_NAMES.get(value.strip().lower())).removeprefix("torch.")
+        if found in allowed:
+            return found
+        taken = sorted(
+            k for k, v in DTYPE_NAMES.items() if str(v).removeprefix("torch.") in allowed
+        )
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (use one of {taken})")
+
+    return name
 
 
 def _switch(parser: argparse.ArgumentParser, flag: str, text: str) -> None:
@@ -309,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cpu)")
     common.add_argument(
         "--dtype",
-        type=_dtype_name,
-        choices=["float32", "float16", "bfloat16", "float64"],
+        type=_dtype_name(*_FLOATS),
+        choices=_FLOATS,
         help="cast the model and inputs; bf16, fp16, half, fp32, fp64 as in fit's --dtype "
         "(default: the model's dtype)",
     )
@@ -398,8 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument(
         "--amp",
-        type=_dtype_name,
-        choices=["float16", "bfloat16"],
+        type=_dtype_name(*_FLOATS[1:3]),
+        choices=_FLOATS[1:3],
         help="run under torch.autocast at this dtype (bf16, fp16 accepted): the counts and the "
         "times are those of the autocast pass (default: no autocast)",
     )

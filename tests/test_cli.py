@@ -782,6 +782,16 @@ def test_amp_runs_the_profile_under_autocast(nets: Path, capsys: pytest.CaptureF
     assert "argument --amp: invalid choice: 'int8'" in capsys.readouterr().err
 
 
+def test_a_refused_dtype_names_the_spellings_that_work(capsys: pytest.CaptureFixture) -> None:
+    # before: "(choose from 'float16', 'bfloat16')", where --amp bf16 (the README's) works too
+    for flag, value in (("--amp", "int8"), ("--amp", "float64"), ("--dtype", "bfloat17")):
+        assert main(["profile", "X", flag, value]) == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}: invalid choice: {value!r} (use one of [" in err
+        assert "'bf16', 'bfloat16'" in err and "'fp16'" in err  # what --amp and --dtype take
+        assert ("'fp32'" in err) is (flag == "--dtype")  # and no more: amp is half precision
+
+
 def test_the_timing_modes_reach_profile_and_compare(
     nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
