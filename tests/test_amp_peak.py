@@ -118,3 +118,16 @@ def test_a_timed_amp_profile_records_a_bfloat16_probe(monkeypatch) -> None:
     assert asked == ["bfloat16"]
     assert report.env["roofline_peaks"]["dtype"] == "bfloat16"
     assert report.peaks.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_amp_on_a_float64_run_is_refused_naming_both(amp) -> None:
+    # autocast leaves float64 alone: before, nothing ran at half precision while the caption
+    # said "float64 under bfloat16 autocast"; refused as amp='int8' is, float64 from dtype=
+    # or from the model's own parameters
+    mlp = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    for model, kw in ((mlp, {"dtype": torch.float64}), (mlp.double(), {})):
+        with pytest.raises(modelprof.ModelProfError, match=r"amp=b?float16 on a float64 run"):
+            modelprof.profile(model, (64,), batch_size=4, timing=False, amp=amp, **kw)
+    report = modelprof.profile(mlp.float(), (64,), batch_size=4, timing=False, amp=amp)
+    assert " under " in report._dtype_words()  # float32 under autocast: counted, as before
