@@ -26,7 +26,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -982,13 +982,11 @@ def _run_compare(ctx: _Context) -> int | None:
         on_step=ctx.step_lines(str),
         **ctx.run_options(named),
     )
+    _add_sources(df, models, args.models)
     caption = compare_caption(df.attrs, inputs=df.get("input_shape"))
     print(f"# comparison ({caption})\n", file=ctx.stdout)
     # captioned by the heading above, the table bare
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
-    for name, spec in zip(models, args.models):  # a row named otherwise than its MODEL
-        if name != spec:
-            print(f"model: {name} = {spec}", file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table
@@ -996,6 +994,14 @@ def _run_compare(ctx: _Context) -> int | None:
         figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
         ctx.write_formats("comparison", df.render.export, [figure])
     return _failed_status(df)
+
+
+def _add_sources(df: Any, names: Iterable[str], specs: Iterable[str]) -> None:
+    """The MODEL (SPEC) each row is, in a ``source`` column where a row is named otherwise (two
+    files' factories ``r18`` and ``r18 (2)``): printed, and in every file written."""
+    given = dict(zip(names, specs))
+    if any(name != spec for name, spec in given.items()):
+        df.insert(0, "source", [given[name] for name in df.index])
 
 
 def _failed_status(df: Any) -> int | None:
@@ -1170,11 +1176,9 @@ def _compare_generation(ctx: _Context) -> int | None:
         progress=ctx.progress,
         **ctx.timing_options(),
     )
+    _add_sources(df, models, args.specs)
     print(f"# generation comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
-    for name, spec in zip(models, args.specs):  # a row named otherwise than its SPEC
-        if name != spec:
-            print(f"model: {name} = {spec}", file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:

@@ -262,6 +262,8 @@ _group(
 )
 _group(
     "compare",
+    # the MODEL a command-line comparison's row is (a file's factory, named by the file's stem)
+    ("source", "source", "text"),
     # 1 / the latency median: rough with it; printed as a count (181.88 K), as samples/s
     ("fps", "FPS", "count", {"rough": True, "dtype": "float64"}),
     # (a throughput point's: over the same runs as its latency, rough where that is)

@@ -18,6 +18,8 @@ from helpers import MLP_NETS
 from modelprof import cli
 from modelprof.cli import build_parser, main, parse_formats, parse_input_size_arg
 from modelprof.errors import ModelProfError
+from modelprof.render.csvio import read_csv
+from modelprof.render.jsonio import read_json
 
 
 @pytest.fixture
@@ -356,11 +358,41 @@ def test_compare_says_which_model_each_row_is(nets: Path, capsys: pytest.Capture
     # one factory twice is rows "nets_narrow" and "nets_narrow (2)" (its file's stem and name):
     # each row named otherwise than its MODEL is said, as generate's comparison does
     assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing"]) == 0
-    out = capsys.readouterr().out
-    assert f"model: nets_narrow = {nets}:narrow\nmodel: nets_narrow (2) = {nets}:narrow\n" in out
-    assert main(["compare", "resnet18", "resnet18", "--no-timing"]) == 0
-    out = capsys.readouterr().out  # a name as given: only the renamed second row
-    assert "model: resnet18 =" not in out and "model: resnet18 (2) = resnet18\n" in out
+    out = capsys.readouterr().out  # (its source column: the MODEL each row is)
+    assert _row(out, "nets_narrow").startswith(f"| nets_narrow     | {nets}:narrow |")
+    assert _row(out, "nets_narrow (2)").startswith(f"| nets_narrow (2) | {nets}:narrow |")
+    assert main(["compare", "resnet18", "resnet18", "--input-size", "3,32,32", "--no-timing"]) == 0
+    out = capsys.readouterr().out  # a name as given is its source too
+    assert _row(out, "resnet18 (2)").startswith("| resnet18 (2) | resnet18 ")
+    assert main(["compare", "resnet18", "alexnet", "--input-size", "3,64,64", "--no-timing"]) == 0
+    assert "source" not in capsys.readouterr().out  # every row named as given: none
+
+
+def test_compare_files_say_which_file_each_row_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # before: "model: net_build (2) = b/net.py:build" on stdout only, the files' rows bare
+    specs = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "net.py").write_text(
+            "from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Linear(4, 2))\n"
+        )
+        specs.append(f"{tmp_path / folder / 'net.py'}:build")
+    out = tmp_path / "out"
+    argv = ["compare", *specs, "--input-size", "4", "--no-timing", "--out", str(out)]
+    assert main([*argv, "--format", "csv,md,json,tex,html"]) == 0
+    printed = capsys.readouterr().out
+    assert f"| net_build (2) | {specs[1]} |" in printed
+    csv = read_csv(out / "comparison.csv")  # read back as written
+    assert csv["source"].tolist() == specs and csv["model"].tolist() == [
+        "net_build",
+        "net_build (2)",
+    ]
+    assert read_json(out / "comparison.json")[0]["source"].tolist() == specs
+    for suffix in ("md", "html", "tex"):  # (LaTeX escapes the path's underscores)
+        text = (out / f"comparison.{suffix}").read_text().replace("\\_", "_")
+        assert all(spec in text for spec in specs), suffix
 
 
 def test_compare_with_a_failing_model_exits_1_after_its_table(

@@ -251,7 +251,7 @@ def test_generate_several_specs_compares_them(tmp_path, capsys):
     assert out.startswith("# generation comparison (baseline Llama;")
     rows = [line for line in out.splitlines() if line.startswith("| Llama")]
     assert [r.split("|")[1].strip() for r in rows] == ["Llama", "Llama (2)"]
-    assert f"model: Llama (2) = {deeper}" in out and "note: ttft_x, tpot_x:" in out
+    assert f"| Llama (2) | {deeper} |" in out and "note: ttft_x, tpot_x:" in out  # its source
     written = (tmp_path / "generation_comparison.csv").read_text().splitlines()
     assert len(written) == 3 and "ttft_x" in written[0]  # a header and a row per model
 
@@ -275,7 +275,8 @@ def test_generate_several_specs_refuses_one_model_options(flags, message, capsys
 
 def test_generate_names_a_specs_row_only_where_its_label_differs(tmp_path, capsys, monkeypatch):
     # file.py:FACTORY rows are labelled with the SPEC itself: "model: lm.py:llama = lm.py:llama"
-    # said nothing; a line maps a row's label to its SPEC where they differ (as compare's)
+    # said nothing; a source column maps a row's label to its SPEC where one differs (as
+    # compare's)
     (tmp_path / "lm.py").write_text(
         "from transformers import LlamaConfig, LlamaForCausalLM\n"
         "def llama():\n"
@@ -286,11 +287,11 @@ def test_generate_names_a_specs_row_only_where_its_label_differs(tmp_path, capsy
     argv = ["generate", "lm.py:llama", TINY, "--prompt-len", "4", "--new-tokens", "2"]
     assert main([*argv, "--budget", "0.05"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    rows = [line.split("|")[1:3] for line in out.splitlines() if line.startswith("| ")]
     # a file's factory by file and name (models.factory_name, as profile and compare name it),
-    # the config by its class; each mapped to its SPEC
-    assert rows[-2:] == ["lm_llama", "Llama"]
-    assert "model: lm_llama = lm.py:llama" in out and f"model: Llama = {TINY}" in out
+    # the config by its class; each beside its SPEC (its source column)
+    named = [[cell.strip() for cell in row] for row in rows[-2:]]
+    assert named == [["lm_llama", "lm.py:llama"], ["Llama", TINY]]
     # and its files alike: the SPEC itself named them lm.py_llama_generation.*
     assert (
         main(

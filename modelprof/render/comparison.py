@@ -28,9 +28,9 @@ __all__ = [
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
-    """model input_shape params macs flops step_flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
-    cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size params_x macs_x
-    latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
+    """model source input_shape params macs flops step_flops latency_median_ms latency_ci_low_ms
+    latency_ci_high_ms cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size
+    params_x macs_x latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
     cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
     backward_latency_x_ci_low backward_latency_x_ci_high backward_cpu_work_median_ms
     backward_cpu_work_x backward_cpu_work_x_ci_low backward_cpu_work_x_ci_high
@@ -136,18 +136,24 @@ def compare_caption(
     attrs: Mapping[str, Any],
     shown: Collection[str] | None = None,
     inputs: Mapping[str, Any] | pd.Series | None = None,
+    table: pd.DataFrame | None = None,
 ) -> str:
     """``baseline resnet18; input 1x3x224x224; cpu (AMD EPYC), float32, batch 1, torch 2.x``,
     then how the ratios are estimated and what the rank follows (:func:`compare_legend`), or
     that latency was not measured; the rows that failed. ``shown``: the columns a table keeps,
     where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown.
     ``inputs``: each model's input shape (the table's ``input_shape`` column, None where it
-    has none: a generation comparison's; see :func:`input_caption`)."""
+    has none: a generation comparison's; see :func:`input_caption`). ``table``: the frame, whose
+    per-row ``source`` and ``dtype`` the caption says where ``shown`` leaves them out."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = [f"baseline {baseline}"] if baseline is not None else []
     said = input_caption({} if inputs is None else inputs, shown)
     parts += ([said] if said else []) + ([env] if env else [])
+    for column in ("source",):  # each row's, where the table has it but leaves it out
+        if table is not None and column in table.columns and column not in (shown or [column]):
+            rows = ", ".join(f"{n} = {v}" for n, v in table[column].items() if isinstance(v, str))
+            parts.append(f"{column}s: {rows}")
     legend = compare_legend(attrs, shown)
     parts += [legend] if legend else []
     if baseline is not None and not attrs.get("unranked") and attrs.get("ranked_by") is None:
@@ -383,7 +389,7 @@ def export_comparison(
         if fmt.name == "latex":  # (those the page keeps)
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs))
             shown = latex_columns(df, fitting.replace(columns=columns))
-        caption = compare_caption(df.attrs, shown, df.get("input_shape")) or None
+        caption = compare_caption(df.attrs, shown, df.get("input_shape"), df) or None
         legend = compare_legend(df.attrs, shown)
         if fmt.name == "latex":  # the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
