@@ -264,6 +264,9 @@ _group(
     "compare",
     # the MODEL a command-line comparison's row is (a file's factory, named by the file's stem)
     ("source", "source", "text"),
+    # a model's own where a comparison's models differ in them (its caption names them otherwise)
+    ("device", "device", "text"),
+    ("dtype", "dtype", "text"),
     # 1 / the latency median: rough with it; printed as a count (181.88 K), as samples/s
     ("fps", "FPS", "count", {"rough": True, "dtype": "float64"}),
     # (a throughput point's: over the same runs as its latency, rough where that is)

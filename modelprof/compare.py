@@ -146,7 +146,8 @@ def compare(
     divide by: ``macs_x = macs / baseline macs``.
 
     Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
-    write_bytes``); with ``timing``, ``latency_median_ms`` with its 95 % interval
+    write_bytes``); ``device`` and ``dtype`` (``float32 under bfloat16 autocast``) where the
+    models' differ (the caption names them where all agree); with ``timing``, ``latency_median_ms`` with its 95 % interval
     (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
     latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``,
     ``latency_rough`` (its wall clock no figure to quote: loaded or too few runs, as a
@@ -244,6 +245,8 @@ def compare(
     if run.opts.warn:  # a row alone is easy to miss
         warn_failed(failed)
     df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
+    for column, by_name in run.own_columns().items():  # each row's own, after its input
+        df.insert(1, column, [by_name.get(str(name)) for name in df.index])
     if df["input_shape"].nunique() > 1:  # said where its ratios are read
         run.notes.append(_OWN_INPUTS_NOTE)
     if run.notes:
@@ -314,7 +317,8 @@ class _Run:
         self.candidates: list[Candidate] = []
         self.steps: dict[str, Any] = {}
         self.env: dict[str, Any] = {}
-        self.dtype_words: dict[str, str] = {}  # "float32 under bfloat16 autocast", by model
+        # each model's device and dtype ("float32 under bfloat16 autocast"), by column
+        self.own: dict[str, dict[str, str]] = {"device": {}, "dtype": {}}
         self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
         self.notes: list[str] = []  # the table's own: a throughput search's, by model
@@ -343,7 +347,8 @@ class _Run:
         totals = _training_totals(report) if self.backward else report.totals
         totals = {c: totals[c] for c in _TOTAL_COLUMNS if c in totals}
         row = {"input_shape": _input_shape(size, self.inputs[name], self.batch_size), **totals}
-        self.dtype_words[name] = report._dtype_words()  # as its report's caption says it
+        self.own["dtype"][name] = report._dtype_words()  # as its report's caption says them
+        self.own["device"][name] = report.device
         if search is not None:  # before this model's timers, whose copies would take memory
             row.update(_throughput_row(name, model, size, self, *search))
         if timing:
@@ -358,9 +363,19 @@ class _Run:
 
     def env_of(self, baseline: str) -> dict[str, Any]:
         """The table's environment: the timed baseline's (else the first model's), with its
-        ``dtype_words``, its report's (``env["dtype"]`` is the autocast dtype under amp)."""
-        words = self.dtype_words.get(baseline)
-        return {**self.env, "dtype_words": words} if words else dict(self.env)
+        ``dtype_words``, its report's (``env["dtype"]`` is the autocast dtype under amp); less
+        the device or the dtype where the models' differ (each row's own in its column)."""
+        words = self.own["dtype"].get(baseline)
+        env = {**self.env, "dtype_words": words} if words else dict(self.env)
+        for column in self.own_columns():
+            for key in (column, f"{column}_words", f"{column}_name"):
+                env.pop(key, None)
+        return env
+
+    def own_columns(self) -> dict[str, dict[str, str]]:
+        """Each model's device or dtype, by name, where the models' differ: a column of the
+        table's (the caption names one only where all agree)."""
+        return {c: by_name for c, by_name in self.own.items() if len(set(by_name.values())) > 1}
 
     def forget(self, name: str) -> None:
         """Drop what was prepared to time ``name`` (it failed)."""

@@ -838,3 +838,33 @@ def test_throughput_of_a_text_model_searches_its_token_ids() -> None:
         throughput_options={"max_batch": 2, "budget_s": 0.05, "warn": False},
     )
     assert "error" not in df.columns and (df["throughput_samples_per_s"] > 0).all()
+
+
+def test_models_of_other_dtypes_or_devices_each_say_theirs(tmp_path: Path) -> None:
+    # before: a bfloat16 copy beside its float32 model ran in bfloat16 while the caption said
+    # "float32" for both and no column said a row's dtype; now each row's own, the caption
+    # naming a dtype (device) only where every model agrees
+    from modelprof.render import read_csv, read_json
+
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    copy = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    df = compare({"eager": mlp, "bf16": copy.to(torch.bfloat16)}, (8,), timing=False)
+    assert df["dtype"].tolist() == ["float32", "bfloat16"]
+    # reads: (8 + 64 + 8) + 8 + (8 + 32 + 4) = 132 elements, 4 B each in float32, 2 in bf16
+    assert df["read_bytes"].tolist() == [132 * 4, 132 * 2]
+    caption, _, table = df.render.export("markdown").partition("\n\n")
+    assert "cpu (" in caption and "float" not in caption  # the column says it
+    assert "| dtype " in table and "| bfloat16 |" in table
+    latex = df.render.export("latex", columns=["params"])  # without it, the caption says it
+    assert "dtypes: eager = float32, bf16 = bfloat16;" in latex
+    back = read_csv(df.render.to_csv(tmp_path / "c.csv"))
+    assert back["dtype"].tolist() == ["float32", "bfloat16"]
+    assert read_json(df.render.to_json(tmp_path / "c.json"))[0]["dtype"].tolist() == [
+        "float32",
+        "bfloat16",
+    ]
+    same = compare({"a": mlp, "b": copy.float()}, (8,), timing=False)
+    assert "dtype" not in same.columns and "), float32, batch 1" in same.render.export("markdown")
+    on_meta = compare({"cpu": mlp, "meta": copy.to("meta")}, (8,), timing=False)
+    assert on_meta["device"].tolist() == ["cpu", "meta"]
+    assert "cpu (" not in on_meta.render.export("markdown").partition("\n\n")[0]

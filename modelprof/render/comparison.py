@@ -28,9 +28,9 @@ __all__ = [
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
-    """model source input_shape params macs flops step_flops latency_median_ms latency_ci_low_ms
-    latency_ci_high_ms cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size
-    params_x macs_x latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
+    """model source input_shape device dtype params macs flops step_flops latency_median_ms
+    latency_ci_low_ms latency_ci_high_ms cpu_work_median_ms fps throughput_samples_per_s
+    throughput_batch_size params_x macs_x latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
     cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
     backward_latency_x_ci_low backward_latency_x_ci_high backward_cpu_work_median_ms
     backward_cpu_work_x backward_cpu_work_x_ci_low backward_cpu_work_x_ci_high
@@ -143,14 +143,19 @@ def compare_caption(
     that latency was not measured; the rows that failed. ``shown``: the columns a table keeps,
     where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown.
     ``inputs``: each model's input shape (the table's ``input_shape`` column, None where it
-    has none: a generation comparison's; see :func:`input_caption`). ``table``: the frame, whose
-    per-row ``source`` and ``dtype`` the caption says where ``shown`` leaves them out."""
+    has none: a generation comparison's; see :func:`input_caption`). ``table``: the frame,
+    whose per-row ``source``, ``device`` and ``dtype`` the caption says where ``shown`` leaves
+    them out."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = [f"baseline {baseline}"] if baseline is not None else []
     said = input_caption({} if inputs is None else inputs, shown)
     parts += ([said] if said else []) + ([env] if env else [])
-    for column in ("source",):  # each row's, where the table has it but leaves it out
+    for column in (
+        "source",
+        "device",
+        "dtype",
+    ):  # each row's, where the table has it but leaves it out
         if table is not None and column in table.columns and column not in (shown or [column]):
             rows = ", ".join(f"{n} = {v}" for n, v in table[column].items() if isinstance(v, str))
             parts.append(f"{column}s: {rows}")
