@@ -310,7 +310,9 @@ def test_compare_feeds_tokens_to_the_text_model_and_a_size_to_the_other(
     assert main([*argv, "--input-size", "10", "--no-timing"]) == 0
     out = capsys.readouterr().out
     # the Linear: 2*10*20 = 400 MACs; the BERT on 2x16 tokens: 296,960 (as profiled above)
-    assert "| mlp_build | 2x10 " in out and "| lm_bert   | 2x16, 2x16 (int64) " in out
+    rows = [[c.strip() for c in ln.split("|")[1:4]] for ln in out.splitlines() if ln[:2] == "| "]
+    assert [f"{lm}:bert", "2x16, 2x16 (int64)"] in [r[1:] for r in rows if r[0] == "lm_bert"]
+    assert [f"{mlp}:build", "2x10"] in [r[1:] for r in rows if r[0] == "mlp_build"]  # source
     assert "296.96 K" in out and "note: the models ran different inputs" in out
     assert main([*argv, "--no-timing"]) == 1  # the Linear's own (3, 224, 224): its row fails
     assert "mat1 and mat2 shapes cannot be multiplied" in capsys.readouterr().out
