@@ -264,7 +264,7 @@ _group(
     "compare",
     # the MODEL a command-line comparison's row is (a file's factory, named by the file's stem)
     ("source", "source", "text"),
-    # a model's own where a comparison's models differ in them (its caption names them otherwise)
+    # a row's own: a sweep configuration's, a comparison's model's where its models' differ
     ("device", "device", "text"),
     ("dtype", "dtype", "text"),
     # 1 / the latency median: rough with it; printed as a count (181.88 K), as samples/s
