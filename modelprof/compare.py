@@ -148,7 +148,8 @@ def compare(
     Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
     write_bytes``); ``device`` and ``dtype`` (``float32 under bfloat16 autocast``) where the
     models' differ (the caption names them where all agree); with ``timing``,
-    ``latency_median_ms`` with its 95 % interval (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
+    ``latency_median_ms`` with its 95 % interval (``latency_ci_low_ms``,
+    ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
     latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``,
     ``latency_rough`` (its wall clock no figure to quote: loaded or too few runs, as a
     report's end-to-end row is judged; marked ``~``, ``attrs["unquotable"]`` says why); on
