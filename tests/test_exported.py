@@ -262,10 +262,12 @@ def test_inputs_a_program_was_not_recorded_for_are_refused_before_it_runs(module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dynamic = torch.export.export(eager, (x,), dynamic_shapes=({0: batch},))
-    with pytest.raises(ModelProfError, match=r"shape \[2\.\.16\]x8 \(as recorded\); given 1x8"):
-        profile(dynamic, (8,), timing=False)
-    # a batch in its range runs: 16 x (8x8 + 8x4) = 1,536 MACs
+    with pytest.raises(ModelProfError, match=r"shape \[2\.\.16\]x8 \(as recorded\); given 17x8"):
+        profile(dynamic, (8,), batch_size=17, timing=False)  # past its bound: torch's guard
+    # a batch up to its bound runs: 16 x (8x8 + 8x4) = 1,536 MACs; and batch 1, below the
+    # range's least 2, which torch runs too (its guards hold the bound alone): 1 x 96 = 96
     assert profile(dynamic, (8,), batch_size=16, timing=False).totals["macs"] == 1536
+    assert profile(dynamic, (8,), timing=False).totals["macs"] == 96
 
 
 def test_the_command_line_names_the_shape_a_pt2_recorded(tmp_path, capsys):

@@ -109,10 +109,12 @@ def check_recorded(program: Any, args: tuple, kwargs: dict[str, Any]) -> None:
 
 
 def _fits(program: Any, given: torch.Tensor, recorded: torch.Tensor) -> bool:
-    """Whether ``given`` has ``recorded``'s rank and each size it takes (:func:`_sizes`)."""
+    """Whether ``given`` has ``recorded``'s rank, its static sizes and a dynamic dimension's
+    size up to its bound (:func:`_sizes`; not its least: torch's ranges start at 2 where the
+    program runs 0 and 1 too, ``Dim.AUTO`` at batch 1)."""
     return given.dim() == recorded.dim() and all(
-        lo <= g and (hi is None or g <= hi)
-        for g, (lo, hi) in zip(given.shape, _sizes(program, recorded))
+        g == lo if isinstance(d, int) else hi is None or g <= hi
+        for g, d, (lo, hi) in zip(given.shape, recorded.shape, _sizes(program, recorded))
     )
 
 
