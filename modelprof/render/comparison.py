@@ -31,7 +31,8 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     """model source input_shape device dtype params macs flops step_flops latency_median_ms
     latency_ci_low_ms latency_ci_high_ms cpu_work_median_ms fps throughput_samples_per_s
     throughput_batch_size params_x macs_x latency_x latency_x_ci_low latency_x_ci_high
-    cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
+    cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x backward_latency_median_ms
+    backward_latency_x
     backward_latency_x_ci_low backward_latency_x_ci_high backward_cpu_work_median_ms
     backward_cpu_work_x backward_cpu_work_x_ci_low backward_cpu_work_x_ci_high
     step_latency_median_ms step_latency_x step_latency_x_ci_low step_latency_x_ci_high ttft_ms
