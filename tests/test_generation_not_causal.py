@@ -46,3 +46,31 @@ def test_generate_refuses_a_bidirectional_config_and_runs_it_as_a_decoder(capsys
     assert "add is_decoder=True to the config SPEC" in capsys.readouterr().err
     spec = _SPEC + ",is_decoder=True"
     assert main(["generate", spec, "--prompt-len", "4", "--new-tokens", "3", "--no-timing"]) == 0
+
+
+def test_xlm_says_causal_in_its_own_flag():
+    # XLM has no is_decoder: is_encoder=True always (False cannot be built, "XLM can only be
+    # used as an encoder"), and causal=True makes its causal LM: refused without it, naming it
+    from transformers import XLMConfig, XLMWithLMHeadModel
+
+    from modelprof.generation.lm import encoder_only
+
+    small = dict(emb_dim=32, n_layers=1, n_heads=2, vocab_size=100)
+    with pytest.raises(ModelProfError, match=r"\(config\.causal=False\).*config\.causal=True"):
+        profile_generation(XLMWithLMHeadModel(XLMConfig(**small)), 4, 3, timing=False)
+    assert not encoder_only(XLMWithLMHeadModel(XLMConfig(causal=True, **small)))
+
+
+def test_a_config_files_own_kinds_are_taken_as_written(tmp_path):
+    # a real config.json's values as its file has them: Llama 3.1's eos_token_id is a list of
+    # three ids where LlamaConfig's default is one int (an override's kind check refused it)
+    from modelprof.generation.specs import load_language_model
+
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, '
+        '"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, '
+        '"vocab_size": 100, "eos_token_id": [1, 2, 3]}'
+    )
+    model = load_language_model(str(path))[0]
+    assert model.config.eos_token_id == [1, 2, 3]

@@ -60,7 +60,9 @@ def encoder_only(model: nn.Module) -> bool:
     config = getattr(hf, "config", None)
     said = getattr(config, "is_decoder", None)
     if said is None and getattr(config, "is_encoder", None) is True:
-        said = False  # XLM's and Flaubert's word for it (transformers 5 has no is_decoder)
+        # XLM's and Flaubert's word for it (transformers 5 has no is_decoder); causal=True is
+        # their causal LM (is_encoder=False cannot be built: "XLM can only be used as an encoder")
+        said = bool(getattr(config, "causal", False))
     if hf is None or said is not False:
         return False
     if getattr(config, "is_encoder_decoder", False) or any(map(is_config, vars(config).values())):
@@ -469,7 +471,7 @@ def language_model(
             "(logits, cache) for any other model"
         )
     if step is None and encoder_only(model):  # (transformers only logs it, and runs it)
-        flags = ("is_decoder=False", "is_decoder=True"), ("is_encoder=True", "is_encoder=False")
+        flags = ("is_decoder=False", "is_decoder=True"), ("causal=False", "causal=True")
         said, fix = flags[not hasattr(model.config, "is_decoder")]
         raise ModelProfError(
             f"model={type(model).__name__} is built bidirectional (config.{said}), not as a "
