@@ -208,8 +208,12 @@ def test_inputs_whose_every_tensor_is_empty_are_refused_naming_the_shape() -> No
     # batch_size=0 is refused
     model = _XAndMask()
     for x in (torch.randn(0, 8), (torch.randn(0, 8), torch.zeros(0))):
-        with pytest.raises(ModelProfError, match=r"every input tensor is empty \(\(0, 8\)"):
+        with pytest.raises(
+            ModelProfError, match=r"every input tensor is empty, a batch of 0 \(\(0, 8\)"
+        ):
             profile(model, x, backward=True, timing=False)
+    # 2 samples of no features are samples (a zero-length contraction: tests/test_formulas.py)
+    assert profile(nn.Softmax(dim=1), torch.randn(2, 0), timing=False).totals["macs"] == 0
     # one empty tensor beside others (an empty cache or mask) is an input like any: 2 x 8 x 4
     r = profile(model, (torch.randn(2, 8), torch.zeros(0)), timing=False)
     assert r.totals["macs"] == 64
