@@ -639,9 +639,11 @@ def _input_sizes(
         input_size, inputs = inputs_in_size_place(input_size, inputs)
     if isinstance(input_size, Mapping) and not by_model:  # sizes by name, a name no model's
         _refuse_unknown("input_size", input_size, named)
-    # by model where a key names one, or nearly (a dict of others: keyword inputs for all)
+    # by model where a key names one, or every key nearly does (a misspelt name; a dict of
+    # others, src and tgt beside a model src2: keyword inputs for all)
     names = [str(k) for k in inputs] if isinstance(inputs, Mapping) else []
-    own = inputs if set(names) & {*named} or nearest_keywords(names, list(named)) else {}
+    near = names and all(nearest_keywords([n], list(named)) for n in names)
+    own = inputs if set(names) & {*named} or near else {}
     _refuse_unknown("inputs", own, named)
     sizes, shared = (input_size, None) if by_model else ({}, input_size)
     inputs = None if own else inputs

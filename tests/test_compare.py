@@ -807,6 +807,15 @@ def test_a_vision_and_a_text_model_in_one_table_each_at_its_own_input() -> None:
     assert not any("ran different inputs" in n for n in same.attrs.get("notes", ()))
 
 
+class _TakesSrc(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.lin(src) + tgt[:, :2]
+
+
 def test_inputs_and_tokens_by_model_are_refused_naming_the_model() -> None:
     from modelprof import token_inputs
 
@@ -815,6 +824,11 @@ def test_inputs_and_tokens_by_model_are_refused_naming_the_model() -> None:
     ids = token_inputs(bert, 8)
     with pytest.raises(ModelProfError, match=r"inputs names \['bret'\].*did you mean bert\?"):
         compare(models, {"mlp": (10,)}, inputs={"bret": ids}, timing=False)
+    # keys of which one alone is near a model's name (src beside a model src2, and tgt) are one
+    # set of keyword inputs for all, not inputs by model: each Linear(4, 2) reads src, 2x2x4
+    pair = {"rnn": _TakesSrc(), "src2": _TakesSrc()}
+    shared = {"src": torch.randn(2, 4), "tgt": torch.randn(2, 4)}
+    assert compare(pair, inputs=shared, timing=False)["macs"].tolist() == [16, 16]
     with pytest.raises(ModelProfError, match="model 'mlp' needs an input size.*tokens=8 feeds"):
         compare(models, tokens=8, timing=False)  # the Linear reads no token ids
     with pytest.raises(ModelProfError, match="model 'bert' needs an input size"):
