@@ -246,7 +246,7 @@ def compare(
     if run.opts.warn:  # a row alone is easy to miss
         warn_failed(failed)
     df = _table(table, baseline, run.env_of(baseline), run.timing_attrs, failed)
-    for column, by_name in run.own_columns().items():  # each row's own, after its input
+    for column, by_name in reversed(run.own_columns().items()):  # after its input: device, dtype
         df.insert(1, column, [by_name.get(str(name)) for name in df.index])
     if df["input_shape"].nunique() > 1:  # said where its ratios are read
         run.notes.append(_OWN_INPUTS_NOTE)

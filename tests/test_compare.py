@@ -881,4 +881,6 @@ def test_models_of_other_dtypes_or_devices_each_say_theirs(tmp_path: Path) -> No
     assert "dtype" not in same.columns and "), float32, batch 1" in same.render.export("markdown")
     on_meta = compare({"cpu": mlp, "meta": copy.to("meta")}, (8,), timing=False)
     assert on_meta["device"].tolist() == ["cpu", "meta"]
+    both = compare({"cpu": mlp, "meta": copy.to("meta", torch.bfloat16)}, (8,), timing=False)
+    assert list(both.columns[:3]) == ["input_shape", "device", "dtype"]  # as the registry's
     assert "cpu (" not in on_meta.render.export("markdown").partition("\n\n")[0]
