@@ -68,11 +68,11 @@ from modelprof.timing.options import (
 )
 from modelprof.timing.peaks import (
     Peaks,
-    autocast_dtype,
     conv_uses_other_precision,
     lookup_peaks,
     peak_dtype,
     probe_peaks,
+    refuse_idle_amp,
 )
 
 __all__ = ["profile"]
@@ -271,13 +271,7 @@ def _run_info(
 def _on(spec: _Spec, mi: ModelInputs, model: nn.Module) -> tuple[_Spec, list[str]]:
     """``spec`` on the inputs' device (its training step's loss for them: ``labels`` make it
     the model's own), and the inputs' and the mode's notes; on meta nothing can be timed."""
-    amp = spec.mode.amp
-    if amp is not None and autocast_dtype(mi.dtype, amp) is None:  # as amp='int8' is refused
-        raise ModelProfError(
-            f"amp={str(amp).removeprefix('torch.')} on a float64 run (dtype=, else the "
-            "model's): autocast leaves float64 as it is, so nothing would run at half "
-            "precision; pass dtype=torch.float32 with amp=, or drop amp="
-        )
+    refuse_idle_amp(mi.dtype, spec.mode.amp)
     step = spec.step.for_inputs(mi.kwargs) if spec.step is not None else None
     spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device), step=step)
     notes = list(mi.notes) + _held_in_eval(model, spec.mode.training)

@@ -131,3 +131,9 @@ def test_amp_on_a_float64_run_is_refused_naming_both(amp) -> None:
             modelprof.profile(model, (64,), batch_size=4, timing=False, amp=amp, **kw)
     report = modelprof.profile(mlp.float(), (64,), batch_size=4, timing=False, amp=amp)
     assert " under " in report._dtype_words()  # float32 under autocast: counted, as before
+    # the timers refuse it too: measure_latency's, and each point of a throughput search
+    double = mlp.double()
+    with pytest.raises(modelprof.ModelProfError, match=r"amp=b?float16 on a float64 run"):
+        modelprof.measure_latency(double, (64,), amp=amp, budget_s=0.05)
+    with pytest.raises(modelprof.ModelProfError, match=r"amp=b?float16 on a float64 run"):
+        modelprof.measure_throughput(double, (64,), amp=amp, max_batch=2, budget_s=0.05)

@@ -47,6 +47,7 @@ from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, compile_callable, graph_replay
 from modelprof.timing.options import TimingOptions, check_option_names, keyword_names
+from modelprof.timing.peaks import refuse_idle_amp
 from modelprof.timing.runner import Runner
 from modelprof.timing.sampler import Sampled, input_signature
 
@@ -222,6 +223,7 @@ class TimedCall(Runner):
         given: tuple[StateGuard | None, Snapshot] | None = None,
     ) -> None:
         opts.check_device(mi.device)
+        refuse_idle_amp(mi.dtype, opts.amp)  # (measure_latency's, a throughput point's)
         name = label if label is not None else _label(fn_or_model)
         super().__init__(opts, mi.device, name, mi.batch_size)
         self.target, self.mi = target, mi

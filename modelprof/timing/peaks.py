@@ -186,6 +186,17 @@ def autocast_dtype(dtype: Any, amp: Any) -> str | None:
     return _plain_name(amp)
 
 
+def refuse_idle_amp(dtype: Any, amp: Any) -> None:
+    """Refuse ``amp`` on a float64 run, as ``amp='int8'`` is: autocast leaves float64 as it
+    is, so nothing would run at half precision while the run said it did."""
+    if amp is not None and amp is not False and autocast_dtype(dtype, amp) is None:
+        raise ModelProfError(
+            f"amp={str(amp).removeprefix('torch.')} on a float64 run (dtype=, else the "
+            "model's): autocast leaves float64 as it is, so nothing would run at half "
+            "precision; pass dtype=torch.float32 with amp=, or drop amp="
+        )
+
+
 def peak_dtype(dtype: Any, amp: Any = None, *, tf32: bool = False) -> str:
     """The name of the dtype a run's peak is of, a matmul of the dtype its matmuls ran in:
     under autocast its dtype (:func:`autocast_dtype`), else the run's ``dtype``; float32 with
