@@ -1472,6 +1472,13 @@ _CLI_WORDS = (
     (re.compile(r"\bprogress=True\b"), "--progress"),
     (re.compile(r"\b((?:layer|floor)_extend_s)= caps it"), r"the Python API's \1= caps it"),
 )
+
+
+def _flag_words(m: re.Match) -> str:
+    """``prompt_len=0`` as its flag says it: ``--prompt-len 0``."""
+    return f"--{m[1].replace('_', '-')} {m[2]}"
+
+
 #: the keywords of a run's options as its flags (not a sweep's: its file's keys are these)
 _OPTION_WORDS = (
     # (batch norm's train-mode hint: its tensors' aside and training=True are the Python API's)
@@ -1480,6 +1487,12 @@ _OPTION_WORDS = (
         r"--batch-size \1\2",
     ),
     (re.compile(r"\bcontext=(\d+)"), r"--context \1"),
+    # (generate's and fit's own: their flags, as a trial read them in Python's words)
+    (re.compile(r"\b(prompt_len|new_tokens|tp|ranks)=(-?\d+)\b"), _flag_words),
+    (re.compile(r"\bdevice='([^']*)'(?= is not in the datasheet)"), r"--target \1"),  # fit's
+    (re.compile(r"\b(device|target|baseline)='([^']*)'"), _flag_words),
+    (re.compile(r"\bdtype='([^']*)'"), r"--dtype \1"),
+    (re.compile(r"\bmemory_bytes="), "--memory"),
     (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
     (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),

@@ -382,3 +382,27 @@ def test_cli_batch_hint_names_a_files_input_size_as_the_files(
     err = capsys.readouterr().err
     assert "the spec's own input size (its file's INPUT_SIZE 1,3,8,8) was taken" in err
     assert "pass --input-size 3,8,8 --batch-size 1" in err and "(3, 8, 8)" not in err
+
+
+def test_generate_and_fit_say_their_flags_in_errors(capsys: pytest.CaptureFixture) -> None:
+    # a shell-only trial read prompt_len=0, tp=3, device='H999' (fit's --target) and
+    # baseline='nosuch' where each command takes a flag: the messages name the flag
+    spec = (
+        "LlamaConfig:num_hidden_layers=1,hidden_size=64,intermediate_size=128,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=1000"
+    )
+    said = {
+        ("generate", spec, "--prompt-len", "0", "--no-timing"): "--prompt-len 0 must be",
+        ("generate", spec, "--new-tokens", "0", "--no-timing"): "--new-tokens 0 must be",
+        ("fit", spec, "--tp", "3"): "--tp 3 does not split the 4 attention heads",
+        ("fit", spec, "--ranks", "0"): "--ranks 0 must be",
+        ("fit", spec, "--target", "H999"): "--target H999 is not in the datasheet table",
+        ("fit", spec, "--dtype", "int8"): "--dtype int8 is not understood",
+        ("compare", "resnet18", "resnet34", "--no-timing", "--baseline", "nosuch"): (
+            "--baseline nosuch is not one of the models"
+        ),
+    }
+    for args, words in said.items():
+        assert main(list(args)) == 2
+        err = capsys.readouterr().err
+        assert words in err and "='" not in err and "_len=" not in err, (args, err)
