@@ -295,7 +295,8 @@ def _refuse_empty_inputs(args: tuple, kwargs: dict) -> None:
     would run on nothing and count 0. Some empty ones beside others are fine (an empty cache),
     and so are samples of no features (2 x 0: a zero-length contraction counts 0 as it should)."""
     tensors = list(iter_tensors((args, kwargs)))
-    if tensors and all(t.dim() > 0 and t.shape[0] == 0 for t in tensors):
+    # (numel first: a nested tensor has one, and no sizes to read)
+    if tensors and all(t.numel() == 0 and t.dim() > 0 and t.shape[0] == 0 for t in tensors):
         shapes = ", ".join(str(tuple(t.shape)) for t in tensors[:4])
         raise ModelProfError(
             f"every input tensor is empty, a batch of 0 ({shapes}): the model would run on nothing "
