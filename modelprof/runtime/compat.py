@@ -435,8 +435,8 @@ def dim_range(program: Any, dim: Any) -> tuple[int, int | None] | None:
     bounds = program.range_constraints.get(getattr(getattr(dim, "node", None), "expr", None))
     if bounds is None:
         return None
-    high = bounds.upper  # unbounded: torch's int_oo, which is no sympy Integer
-    return int(bounds.lower), int(high) if high.is_Integer else None
+    high = bounds.upper  # unbounded: int_oo, no sympy Integer (2.4: sys.maxsize - 1)
+    return int(bounds.lower), int(high) if high.is_Integer and high < sys.maxsize - 1 else None
 
 
 def _tree_children(spec: Any) -> list[Any]:
