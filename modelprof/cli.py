@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError, ModelProfWarning, nearest_keywords, warn_user
 from modelprof.render.formats import get_format, needs_package, table_formats
+from modelprof.runtime.names import unique_name
 
 __all__ = [
     "FORMATS",
@@ -947,7 +948,7 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
 
 
 def _run_compare(ctx: _Context) -> int | None:
-    from modelprof.compare import compare, unique_name
+    from modelprof.compare import compare
     from modelprof.render.comparison import compare_caption, env_caption
     from modelprof.report.plots import plot_compare
     from modelprof.runtime.exported import runnable
@@ -1142,7 +1143,6 @@ _ONE_MODEL_FLAGS = ("contexts", "target", "memory", "no_timing", "no_layer_timin
 
 def _compare_generation(ctx: _Context) -> int | None:
     """``generate SPEC SPEC ...``: ``compare_generation``'s table, its notes, its exports."""
-    from modelprof.compare import unique_name
     from modelprof.generation import compare_generation
     from modelprof.generation.specs import load_language_model
     from modelprof.render.comparison import compare_caption

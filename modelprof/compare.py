@@ -46,6 +46,7 @@ from modelprof.runtime.inputs import (
     reads_token_ids,
     token_inputs,
 )
+from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import iter_tensors, shape_str
@@ -615,14 +616,6 @@ def _name_models(models: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         if program is not None:
             programs[name] = program
     return named, programs
-
-
-def unique_name(name: str, taken: Any) -> str:
-    """``name``, or ``name (2)``, ``name (3)``... whichever is not in ``taken`` yet."""
-    unique, i = name, 2
-    while unique in taken:
-        unique, i = f"{name} ({i})", i + 1
-    return unique
 
 
 def _input_sizes(

@@ -29,6 +29,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.archive import check_pt2_file, inspect_pt2
 from modelprof.runtime.exported import arranged, exported_layers, input_names
+from modelprof.runtime.names import factory_name
 
 __all__ = [
     "DEFAULT_INPUT_SIZE",
@@ -358,13 +359,6 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize |
         )
     size = getattr(module, "INPUT_SIZE", None)
     return model.eval(), factory_name(path, factory), None if size is None else tuple(size)
-
-
-def factory_name(path: Path, factory: str) -> str:
-    """A factory's model by its file and name (``model.py:build`` -> ``model_build``): the
-    factory alone named two files' ``build()`` alike, and their ``--out`` files overwrote each
-    other's."""
-    return f"{path.stem}_{factory}"
 
 
 # --- saved files ---------------------------------------------------------------------------------

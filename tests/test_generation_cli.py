@@ -288,8 +288,8 @@ def test_generate_names_a_specs_row_only_where_its_label_differs(tmp_path, capsy
     assert main([*argv, "--budget", "0.05"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("|")[1:3] for line in out.splitlines() if line.startswith("| ")]
-    # a file's factory by file and name (models.factory_name, as profile and compare name it),
-    # the config by its class; each beside its SPEC (its source column)
+    # a file's factory by file and name (runtime.names.factory_name, as profile and compare
+    # name it), the config by its class; each beside its SPEC (its source column)
     named = [[cell.strip() for cell in row] for row in rows[-2:]]
     assert named == [["lm_llama", "lm.py:llama"], ["Llama", TINY]]
     # and its files alike: the SPEC itself named them lm.py_llama_generation.*

@@ -38,6 +38,7 @@ from modelprof.errors import (
     check_flag,
     warn_user,
 )
+from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
 
@@ -242,10 +243,8 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
         )
     names: dict[str, str] = {}
     for c in configs:
-        name, i = c.model_name, 2
-        while c.model not in names and name in names.values():
-            name, i = f"{c.model_name} ({i})", i + 1
-        names.setdefault(c.model, name)
+        if c.model not in names:
+            names[c.model] = unique_name(c.model_name, names.values())
     records = [{**rows[c.name], "model": names[c.model], **_input_columns(c)} for c in configs]
     seen = dict.fromkeys(column for record in records for column in record)
     head = [*_CONFIG_COLUMNS, "input_size", "tokens", "input_shape", "status", "error"]

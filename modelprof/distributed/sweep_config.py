@@ -19,6 +19,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
+from modelprof.runtime.names import factory_name
 from modelprof.step.spec import functional_losses
 
 __all__ = ["MODES", "STEP_OPTIONS", "SweepConfig", "expand_grids", "load_sweep"]
@@ -92,7 +93,7 @@ class SweepConfig:
         spec = self.model.strip()
         path, sep, factory = spec.rpartition(":")
         if sep and path.endswith(".py"):
-            return f"{Path(path).stem}_{factory}"
+            return factory_name(path, factory)
         if spec.endswith((".pt", ".pth", ".pt2")):
             return Path(spec).stem
         prefix, _, rest = spec.partition(":")
