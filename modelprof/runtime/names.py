@@ -9,9 +9,8 @@ __all__ = ["factory_name", "unique_name"]
 
 
 def factory_name(path: Path | str, factory: str) -> str:
-    """A factory's model by its file and name (``model.py:build`` -> ``model_build``): the
-    factory alone named two files' ``build()`` alike, and their ``--out`` files overwrote each
-    other's."""
+    """A factory's model by its file and name (``model.py:build`` -> ``model_build``): by the
+    factory alone two files' ``build()`` were named alike, their ``--out`` files overwritten."""
     return f"{Path(path).stem}_{factory}"
 
 
