@@ -428,7 +428,7 @@ def _training_totals(report: Any) -> dict[str, int]:
     ``(loss)`` and ``(optimizer)`` rows, whose sum with them named no quantity a paper quotes;
     ``step_flops`` the whole step (forward, loss, backward, optimizer: ``totals["flops"] +
     totals["backward_flops"]``)."""
-    forward = totals_of([r for r in report.rows if r.kind not in ("loss", "optimizer")])
+    forward = totals_of([r for r in report.rows if r.kind not in ("loss", "optimizer")], True)
     step = report.totals["flops"] + report.totals["backward_flops"]
     return {**report.totals, **{c: forward[c] for c in ADDITIVE}, "step_flops": step}
 

@@ -193,7 +193,7 @@ class Report(Exports):
         self.what_helps = timing.what_helps
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
         self.timing_agreement = timing.agreement  # per-layer window against the clean runs
-        self.totals = totals_of(self.rows)
+        self.totals = totals_of(self.rows, training_step is not None)
         self.memory = counts.memory  # modelprof.report.memory.MemoryFacts (None: not known)
         #: on meta, ops that raised and that the forward caught: its counts may be of another
         #: branch than a real device's (empty elsewhere)
@@ -219,14 +219,14 @@ class Report(Exports):
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return self._torchstat_frame(None)
-        df = modelprof_frame(self.rows, self.timed)
+        step = self.training_step is not None
+        df = modelprof_frame(self.rows, self.timed, step)
         if self.timed:  # each row's span as read: what it proves a roof by (dropped below)
             df = with_read_times(df, self.rows)
         if self.peaks is not None:
             df = add_roofline(df, self.peaks)
             if self.timed:  # mfu, mbu (and hfu for a training step), default convention
                 rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
-                step = self.training_step is not None
                 for name in ("mfu", "hfu", "mbu") if step else ("mfu", "mbu"):
                     df[name] = rows[name].to_numpy()
                     if f"{name}_rough" in rows.columns:  # against a loaded probe's peak

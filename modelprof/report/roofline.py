@@ -255,7 +255,8 @@ def run_peaks(report: Any) -> Peaks | None:
     peaks = getattr(report, "peaks", None)
     if not isinstance(peaks, Peaks) or peaks.source != "probe" or not report.timed:
         return peaks
-    return observed_peaks(with_read_times(modelprof_frame(report.rows, True), report.rows), peaks)
+    frame = modelprof_frame(report.rows, True, report.training_step is not None)
+    return observed_peaks(with_read_times(frame, report.rows), peaks)
 
 
 def with_read_times(df: pd.DataFrame, rows: Any) -> pd.DataFrame:

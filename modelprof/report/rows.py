@@ -310,12 +310,11 @@ def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
     return any(r.comm for r in rows), any(r.backward_comm for r in rows)
 
 
-def comm_columns(rows: Sequence[Row]) -> tuple[str, ...]:
+def comm_columns(rows: Sequence[Row], step: bool) -> tuple[str, ...]:
     """The collective columns of a table: none where no collective ran, else the forward's and,
-    in a training step's table, the backward's (zeros where its backward ran none)."""
+    in a training ``step``'s table, the backward's (zeros where its backward ran none)."""
     fwd, bwd = has_comm(rows)
-    step = bwd or any(r.backward_macs is not None for r in rows)
-    return (COMM_COLUMNS + (BACKWARD_COMM_COLUMNS if step else ())) if fwd or bwd else ()
+    return (COMM_COLUMNS + (BACKWARD_COMM_COLUMNS if step or bwd else ())) if fwd or bwd else ()
 
 
 def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
@@ -348,11 +347,12 @@ def join_rows(
     return joined + [Row(**fields) for fields in extra]
 
 
-def totals_of(rows: Sequence[Row]) -> dict[str, int]:
-    """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
-    keys = ADDITIVE + (STEP_ADDITIVE if any(r.backward_macs is not None for r in rows) else ())
+def totals_of(rows: Sequence[Row], step: bool) -> dict[str, int]:
+    """Sums over the leaf rows: each parameter, op and byte counted exactly once (a training
+    ``step``'s backward's too)."""
+    keys = ADDITIVE + (STEP_ADDITIVE if step else ())
     out = {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
-    for k in comm_columns(rows):
+    for k in comm_columns(rows, step):
         if registry.column(k).counted:
             out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
     counted = set(registry.names(counted=True))
@@ -367,7 +367,7 @@ def _shapes(shapes: list, drop_batch: bool = False) -> str:
     return ", ".join("x".join(map(str, s)) or "()" for s in shapes)
 
 
-def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
+def modelprof_frame(rows: Sequence[Row], timed: bool, step: bool) -> pd.DataFrame:
     data = {
         "module": [r.module for r in rows],
         "type": [r.type for r in rows],
@@ -377,10 +377,9 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         "input_shape": [_shapes(r.input_shapes) for r in rows],
         "output_shape": [_shapes(r.output_shapes) for r in rows],
     }
-    step = any(r.backward_macs is not None for r in rows)
     for k in ADDITIVE + (STEP_ADDITIVE if step else ()):
         data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
-    for k in comm_columns(rows):
+    for k in comm_columns(rows, step):
         values = [r.comm_value(k) for r in rows]
         data[k] = values if registry.column(k).kind == "text" else count_column(values)
     df = pd.DataFrame(data)
