@@ -30,6 +30,21 @@ def needs_values():  # construction reads a value: cannot be built on meta
 """
 )
 
+TINY_LM = textwrap.dedent("""
+    from torch import nn
+
+    class TinyLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(100, 16), nn.Linear(16, 100)
+
+        def forward(self, input_ids):
+            return self.head(self.emb(input_ids))
+
+    def build():
+        return TinyLM()
+    """)
+
 
 @pytest.fixture
 def nets(tmp_path: Path) -> Path:
@@ -79,22 +94,7 @@ def test_a_language_model_is_swept_on_token_ids(tmp_path: Path) -> None:
     # a model fed token ids could not be swept: every row fed it 3x224x224 floats, and the
     # error pointed to a --tokens flag the sweep does not have
     lm = tmp_path / "lm.py"
-    lm.write_text(
-        textwrap.dedent("""
-        from torch import nn
-
-        class TinyLM(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.emb, self.head = nn.Embedding(100, 16), nn.Linear(16, 100)
-
-            def forward(self, input_ids):
-                return self.head(self.emb(input_ids))
-
-        def build():
-            return TinyLM()
-        """)
-    )
+    lm.write_text(TINY_LM)
     df = sweep({"models": [f"{lm}:build"], "batch_sizes": [1, 4], "tokens": 8})
     assert (df["status"] == "ok").all() and df["input_shape"].tolist() == ["1x8", "4x8"]
     # the head, Linear(16, 100), on 8 tokens a sequence: 8 * 16 * 100 = 12,800 MACs a sequence
@@ -648,17 +648,23 @@ def test_the_sweeps_json_reads_back_exactly_with_modelprofs_reader(nets: Path, t
 def test_the_sweeps_csv_reads_back_exactly_with_modelprofs_reader(nets: Path, tmp_path: Path):
     # pandas.read_csv reads the "" of a row that ran (error) or said nothing (warnings) as NaN;
     # modelprof's read_csv did too for a column of "" only, and read a failed row's missing
-    # input shape as ""
+    # input shape as ""; and the whole numbers, Int64 in the frame failed row or not, read
+    # back int64 where no row failed, and tokens float64 where a grid gave none
     from modelprof.render import read_csv
 
-    df = sweep(_grid(nets, "narrow", "broken"), out=tmp_path / "out")
+    lm = tmp_path / "lm.py"
+    lm.write_text(TINY_LM)
+    tokens = {"models": [f"{lm}:build"], "tokens": 8}  # the nets' rows have no tokens: <NA>
+    df = sweep([_grid(nets, "narrow", "broken"), tokens], out=tmp_path / "out")
     assert "" in df["error"].tolist() and "" in df["warnings"].tolist()
-    assert df["input_shape"].isna().any()  # the broken rows'
+    assert df["input_shape"].isna().any() and df["macs"].isna().any()  # the broken rows'
     pd.testing.assert_frame_equal(read_csv(tmp_path / "out" / "sweep.csv"), df)
-    ran = sweep(_grid(nets, "narrow"), out=tmp_path / "ran")  # every error ""
+    ran = sweep([_grid(nets, "narrow"), tokens], out=tmp_path / "ran")  # every error ""
+    assert (ran["error"] == "").all() and (ran["warnings"] == "").all()
+    assert ran["macs"].notna().all() and ran["tokens"].isna().any()
     back = read_csv(tmp_path / "ran" / "sweep.csv")
-    for column in ("error", "warnings"):
-        assert (ran[column] == "").all() and back[column].tolist() == ran[column].tolist()
+    assert back.dtypes.to_dict() == ran.dtypes.to_dict()
+    pd.testing.assert_frame_equal(back, ran)
 
 
 def test_a_loaded_rows_cpu_work_is_a_column() -> None:

@@ -38,6 +38,7 @@ from modelprof.errors import (
     check_flag,
     warn_user,
 )
+from modelprof.render.csvio import SWEEP_WHOLE
 from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
@@ -256,7 +257,7 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     for column in ("options", "input_size"):  # a configuration's text: "" where it gave none
         if column in frame.columns:
             frame[column] = frame[column].fillna("")
-    for column in (*COUNTED_COLUMNS, "tokens", "latency_n"):  # whole numbers, <NA> where none
+    for column in SWEEP_WHOLE:  # whole numbers, <NA> where none (read_csv reads them so)
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
     for prefix in ("latency", "backward_latency"):

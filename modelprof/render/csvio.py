@@ -3,7 +3,8 @@
 :func:`read_csv` reads every field as text (the root module's name is ``""``, not NaN), then
 types each column by its declared dtype, else by what its values parse as (int64, float64 with
 empty fields as NaN, bool, else text); a declared int64 column with empty fields (a failed
-model's row) as nullable Int64. In a comparison's table (an ``error`` column and no ``status``)
+model's row) as nullable Int64, and a sweep's whole numbers (:data:`SWEEP_WHOLE`) with or
+without one. In a comparison's table (an ``error`` column and no ``status``)
 an empty ``error`` and a failed row's empty text are missing, and its declared whole numbers
 and flags are Int64 and True/False/None with or without empty fields, as compare() made them
 for a failed model (a table filtered to the models that ran keeps them: a comparison's CSV
@@ -30,7 +31,10 @@ from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame, with_index
 
-__all__ = ["to_csv", "read_csv"]
+__all__ = ["SWEEP_WHOLE", "to_csv", "read_csv"]
+
+# A sweep's counts, tokens and runs (``distributed.sweep``'s frame): Int64, failed row or not
+SWEEP_WHOLE = (*registry.names("count"), *registry.names("step"), "tokens", "latency_n")
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
@@ -135,20 +139,25 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
 
 
 def _read_column(
-    values: list[str], name: str, overrides: Mapping[str, str], failed: bool = False
+    values: list[str],
+    name: str,
+    overrides: Mapping[str, str],
+    failed: bool = False,
+    whole: tuple[str, ...] = (),
 ) -> pd.Series:
     """A column typed as asked (``overrides``), else as declared, else by its values; a declared
     int64 column with missing cells (a failed model's row) as nullable Int64, a column of flags
     with missing cells (``latency_stable``: None where it cannot be judged) as True, False and
     None. ``failed``: a comparison's table with an ``error`` column (:func:`_has_failed`), whose
-    whole numbers and flags are those, missing cells or not, and its ``error`` text."""
+    whole numbers and flags are those, missing cells or not, and its ``error`` text. ``whole``:
+    the columns read as whole numbers, missing cells or not (a sweep's)."""
     if name in overrides:
         return _typed(values, overrides[name], name)
     declared = registry.column(name)
     gaps = failed or "" in values
     if failed and name == "error":  # (every model in it ran: all empty)
         return _text_series(values, name)
-    if declared is not None and declared.dtype == "int64" and gaps:
+    if name in whole or declared is not None and declared.dtype == "int64" and gaps:
         return _as_whole(values, name)
     if declared is not None and declared.dtype == "bool" and gaps:  # (all empty too)
         flags = set(values) <= {_TRUE, _FALSE, ""}
@@ -289,10 +298,12 @@ def read_csv(
         raise ModelProfError(f"dtypes names column(s) {unknown} not in {list(raw.columns)}")
     columns = {}
     failed = _has_failed(raw)
+    names = {_restore(str(c)) for c in raw.columns}
+    whole = SWEEP_WHOLE if {"model", "status", "error"} <= names else ()
     for written in raw.columns:
         name = _restore(str(written))
         values = [str(v) for v in raw[written]]
-        column = _read_column(values, name, overrides, failed)
+        column = _read_column(values, name, overrides, failed, whole)
         if _is_text(column):
             column = pd.Series(
                 [v if not isinstance(v, str) else _restore(v) for v in column],
