@@ -133,7 +133,7 @@ def test_generate_bad_spec(spec, message, capsys):
 
 
 def test_fit_refuses_a_negative_count_in_a_spec_a_json_and_a_config(tmp_path, capsys):
-    from transformers import LlamaConfig, ViltConfig
+    from transformers import LlamaConfig, LlavaConfig, ViltConfig
 
     from modelprof import ModelProfError, fit
     from modelprof.generation.specs import check_counts
@@ -148,6 +148,15 @@ def test_fit_refuses_a_negative_count_in_a_spec_a_json_and_a_config(tmp_path, ca
     with pytest.raises(ModelProfError, match=r"fit\(\): LlamaConfig: num_hidden_layers=-1"):
         fit(LlamaConfig(num_hidden_layers=-1))
     check_counts(ViltConfig(), "Vilt")  # its own default num_images=-1 ("any") is no error
+    # a sub-config's counts (a multimodal config's text model) went unchecked: named by key
+    text = {"model_type": "llama", "num_hidden_layers": -1}
+    cfg.write_text(json.dumps({"model_type": "llava", "text_config": text}))
+    assert main(["fit", str(cfg)]) == 2
+    assert "text_config.num_hidden_layers=-1 counts something" in capsys.readouterr().err
+    vision = {"model_type": "clip_vision_model", "num_attention_heads": -2}
+    with pytest.raises(ModelProfError, match=r"Llava: vision_config\.num_attention_heads=-2 "):
+        check_counts(LlavaConfig(vision_config=vision), "Llava")
+    check_counts(LlavaConfig(), "Llava")  # its sub-configs' own defaults are no error
 
 
 def test_generate_times_a_tiny_model(capsys):

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError, error_line, is_int
+from modelprof.generation.lm import is_config
 from modelprof.models import config_names_near, load_spec
 
 __all__ = ["check_counts", "load_language_model", "load_sized_model", "parse_overrides"]
@@ -101,20 +102,24 @@ def _config(spec: str) -> Any:
 _COUNTS = re.compile(r"^(num_|n_)|_size$")
 
 
-def check_counts(config: Any, who: str) -> Any:
+def check_counts(config: Any, who: str, prefix: str = "") -> Any:
     """``config``, whose fields that count things are not negative (where its class's defaults
     are not: Vilt's ``num_images=-1`` means "any") and whose ``vocab_size`` is not 0: either
-    fails far from the value, in the model's build, its cache or its embedding."""
+    fails far from the value, in the model's build, its cache or its embedding. Its sub-configs
+    (a multimodal config's ``text_config``) too, a field named by its dotted key (``prefix``)."""
     defaults: dict[str, Any] = {}
     with contextlib.suppress(Exception):  # (a config class that takes no defaults)
         defaults = type(config)().to_dict()
     for key, value in config.to_dict().items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and is_config(sub := getattr(config, key, None)):
+            check_counts(sub, who, f"{name}.")
         if not is_int(value) or not _COUNTS.search(key):
             continue
         if value < 0 <= (defaults.get(key) if is_int(defaults.get(key)) else 0):
-            raise ModelProfError(f"{who}: {key}={value} counts something and cannot be negative")
+            raise ModelProfError(f"{who}: {name}={value} counts something and cannot be negative")
         if key == "vocab_size" and value == 0:
-            raise ModelProfError(f"{who}: vocab_size=0 leaves no token id to feed the model")
+            raise ModelProfError(f"{who}: {name}=0 leaves no token id to feed the model")
     return config
 
 
