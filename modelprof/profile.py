@@ -197,10 +197,16 @@ def _memory_facts(
     model: nn.Module, mi: ModelInputs, spec: _Spec, static: Any, step_cost: Any
 ) -> MemoryFacts:
     """The report's memory facts; with a training step, what each record saved (the saved row
-    leaves out the model's inputs, as the activations do)."""
+    leaves out the model's inputs, as the activations do) and the parameters it gave no
+    gradient (the gradients row leaves them out, as the optimizer does)."""
     saved = None if step_cost is None else step_cost.saved_bytes
     return memory_facts(
-        model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype, saved=saved
+        model,
+        tensor_bytes((mi.args, mi.kwargs)),
+        static.records,
+        spec.mode.dtype,
+        saved=saved,
+        ungraded=set() if step_cost is None else set(step_cost.ungraded.values()),
     )
 
 
@@ -674,7 +680,7 @@ def _caught_note(caught: tuple[str, ...]) -> list[str]:
 
 def _ungraded_note(step_cost: Any) -> list[str]:
     """A training step's trainable parameters its backward gave no gradient, named."""
-    names = () if step_cost is None else step_cost.ungraded
+    names = () if step_cost is None else tuple(step_cost.ungraded)
     if not names:
         return []
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

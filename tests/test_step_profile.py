@@ -160,6 +160,19 @@ def test_optimizer_template_with_a_foreign_parameter():
         profile(nn.Linear(4, 3), (4,), backward=True, optimizer=torch.optim.SGD([stray]), **COUNT)
 
 
+def test_optimizer_over_frozen_parameters_is_refused():
+    """Every parameter frozen, the input requiring grad: a backward exists, but an optimizer
+    would step nothing (torch refuses an empty parameter list); without one the step runs."""
+    frozen = nn.Linear(4, 3).requires_grad_(False)
+    x = torch.randn(2, 4, requires_grad=True)
+    match = r"optimizer=AdamW: no parameter of Linear requires grad \(2 parameter tensor"
+    with pytest.raises(ModelProfError, match=match):
+        profile(frozen, x, backward=True, optimizer="adamw", **COUNT)
+    report = profile(frozen, x, backward=True, **COUNT)
+    # the input gradient only: grad_out [2, 3] @ weight [3, 4] = 24 MACs
+    assert report.totals["backward_macs"] == 24
+
+
 def test_backward_failure_names_the_model():
     class Bad(torch.autograd.Function):
         @staticmethod
@@ -393,3 +406,28 @@ def test_trainable_parameters_the_backward_does_not_reach_are_named():
     # every trainable parameter reached: nothing said
     plain = profile(nn.Linear(8, 2), (8,), batch_size=4, backward=True, timing=False)
     assert not any("got no gradient" in n for n in plain.timing_notes)
+
+
+def test_memory_estimate_counts_gradients_the_step_gave():
+    class Unused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.spare = nn.Linear(8, 4), nn.Linear(100, 100)
+            self.extra = nn.Parameter(torch.randn(7))
+
+        def forward(self, x):
+            return self.a(x)
+
+    model = Unused()
+    est = profile(
+        model, (8,), batch_size=2, backward=True, optimizer="adamw", **COUNT
+    ).memory_estimate()
+    # a only: (8 x 4 + 4) x 4 B = 144 B of gradients; AdamW's exp_avg and exp_avg_sq of them
+    # (2 x 144) and a 4-byte step per tensor (2 x 4): 296 B; spare (10,100) and extra (7) none
+    assert est.loc["gradients", "training_step"] == 144
+    assert est.loc["optimizer state", "training_step"] == 296
+    assert "the profiled step gave one" in est.loc["gradients", "how"]
+    # no step profiled: every trainable parameter is assumed to get one, (36 + 10,100 + 7) x 4
+    plain = profile(model, (8,), batch_size=2, **COUNT).memory_estimate()
+    assert plain.loc["gradients", "training_step"] == 10_143 * 4
+    assert "no step profiled" in plain.loc["gradients", "how"]

@@ -5,7 +5,8 @@ Inference: parameters + buffers + inputs + the activations, taken as the largest
 one leaf call (its inputs and outputs) beyond the model's inputs, which their own row holds
 (the first leaf fed tensors of the model's input shapes is taken to read them): a lower bound of
 the true peak. A training step adds the
-gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
+gradients (of a profiled step, of the parameters it gave one; without a step, of every trainable
+parameter), the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
 tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
 for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
 backward: measured with ``backward=True`` (beyond the model's inputs, which that reader saved:
@@ -15,7 +16,7 @@ the inputs row holds them), else every leaf call's output (torchinfo's conventio
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import pandas as pd
@@ -37,6 +38,7 @@ class MemoryFacts:
     largest leaf working set and the leaf outputs."""
 
     param_bytes: int
+    #: the trainable parameters' bytes; of a profiled step, only those it gave a gradient
     trainable_param_bytes: int
     buffer_bytes: int
     input_bytes: int
@@ -58,13 +60,16 @@ def memory_facts(
     records: Sequence[Any],
     dtype: torch.dtype | None,
     saved: Sequence[int] | None = None,
+    ungraded: Collection[int] = (),
 ) -> MemoryFacts:
     """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own);
     the parameters include the packed weights of quantized layers, at their stored size. Of a
     sharded model, the tensors as the view counts them: this rank's shards, or the whole.
-    ``saved``: the bytes each record saved for the backward (``backward=True``), in order."""
+    ``saved``: the bytes each record saved for the backward (``backward=True``), in order;
+    ``ungraded``: the ids of the trainable parameters that step gave no gradient, left out of
+    the trainable ones (no gradient, no optimizer state)."""
     params = list(model.parameters())
-    trainable = [held(p) for p in params if p.requires_grad]
+    trainable = [held(p) for p in params if p.requires_grad and id(p) not in ungraded]
     params = [held(p) for p in params]
     leaves = [r for r in records if not r.children]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
@@ -137,7 +142,14 @@ def estimate_memory(
             "of the peak)",
         ),
         ("saved for backward", 0, saved, saved_how),
-        ("gradients", 0, facts.trainable_param_bytes, "one per trainable parameter"),
+        (
+            "gradients",
+            0,
+            facts.trainable_param_bytes,
+            "one per trainable parameter the profiled step gave one"
+            if saved_bytes is not None
+            else "one per trainable parameter (no step profiled: each assumed to get one)",
+        ),
         ("optimizer state", 0, state, state_how),
     ]
     rows.append(("total", sum(r[1] for r in rows), sum(r[2] for r in rows), "sum"))

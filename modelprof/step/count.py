@@ -106,8 +106,9 @@ class StepCost:
     # of ``backward``, per call record: what the backward ran with grad enabled, i.e. the
     # forward ops activation checkpointing ran again
     recompute: list[PassCost] = dataclasses.field(default_factory=list)
-    #: the trainable parameters (names) the counted backward gave no gradient
-    ungraded: tuple[str, ...] = ()
+    #: the trainable parameters the counted backward gave no gradient: name -> id of the
+    #: model's parameter (what the memory estimate leaves out of its gradients)
+    ungraded: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def backward_macs(self) -> int:
@@ -271,11 +272,22 @@ def step_guard(device: torch.device) -> Iterator[None]:
         yield
 
 
-def trainable_check(model: nn.Module, inputs: Any = None) -> None:
+def trainable_check(model: nn.Module, inputs: Any = None, optimizer: str | None = None) -> None:
     """A ModelProfError unless some parameter of ``model`` (or, for a model without trainable
-    parameters, some input) requires grad: else there is nothing to differentiate."""
+    parameters, some input) requires grad: else there is nothing to differentiate; with an
+    ``optimizer`` (its name), unless some parameter does: it would step nothing (torch refuses
+    an optimizer of no parameters)."""
     params = {id(p): p for p in model.parameters()}
-    if any(p.requires_grad for p in (*params.values(), *iter_tensors(inputs))):
+    if any(p.requires_grad for p in params.values()):
+        return
+    if optimizer is not None and any(t.requires_grad for t in iter_tensors(inputs)):
+        raise ModelProfError(
+            f"optimizer={optimizer}: no parameter of {type(model).__name__} requires grad "
+            f"({len(params)} parameter tensor(s), all frozen; only the inputs do), so the "
+            "optimizer would step nothing; unfreeze some parameters or pass optimizer=None "
+            "to profile the forward and backward alone"
+        )
+    if any(t.requires_grad for t in iter_tensors(inputs)):
         return
     packed = module_packed_weights(model)[0]
     what = (
@@ -328,7 +340,7 @@ def count_step(
     model = counted_module(model, inputs, mode.amp)
     lazy = nn.parameter.UninitializedParameter
     refuse_lazy([n for n, p in model.named_parameters() if isinstance(p, lazy)], "parameters")
-    trainable_check(model, (inputs.args, inputs.kwargs))
+    trainable_check(model, (inputs.args, inputs.kwargs), spec.optimizer_name)
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
     # the forward's in-place writes of parameters (an Embedding(max_norm=)) reach the user's
     # storage through the aliases: the guard copies each such tensor before its first write
@@ -428,13 +440,14 @@ def _count_step(
     )
 
 
-def _ungraded(model: nn.Module, copy_of: dict[int, torch.Tensor]) -> tuple[str, ...]:
-    """The trainable parameters whose step alias (``copy_of``) the backward gave no gradient."""
-    return tuple(
-        n
+def _ungraded(model: nn.Module, copy_of: dict[int, torch.Tensor]) -> dict[str, int]:
+    """The trainable parameters whose step alias (``copy_of``) the backward gave no gradient,
+    each name -> the id of the model's parameter."""
+    return {
+        n: id(p)
         for n, p in model.named_parameters()
         if p.requires_grad and getattr(copy_of.get(id(p)), "grad", 0) is None
-    )
+    }
 
 
 def _counted_forward(model: nn.Module, inputs: ModelInputs, tracker: Any, hooks: tuple) -> Any:

@@ -50,7 +50,7 @@ def step_measure(
         at_batch = at_batch.for_inputs(mi.kwargs)
         if not checked:
             refuse_inference_mode("a training step's throughput search")
-            trainable_check(model, (mi.args, mi.kwargs))
+            trainable_check(model, (mi.args, mi.kwargs), at_batch.optimizer_name)
         t_begin = time.perf_counter()
         with StepTimer(model, mi, at_batch, mode, options=opts) as timer:
             if not checked:
