@@ -5,20 +5,30 @@ shapes on the meta device (a config of a 70B model answers in seconds).
 Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = bytes of
 ``dtype``; parameters as rank 0 holds them under ``tp``: :func:`_tp_shape`):
 
-- inference: weights x b + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
+- inference: weights x b + buffers (floating ones at ``dtype``, as ``model.to(dtype)`` casts
+  them; integer ones as stored) + the inputs (token ids, or ``input_size``'s tensors) + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
   cross-attention included) / min(tp, kv_heads) + a recurrent (Mamba) state per sequence x
-  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs; not
-  divided by tp: a rank holds a column-parallel layer's share, but the whole of a norm's or a
+  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs beyond
+  the model's inputs, which their own row holds; not divided by tp: a rank holds a column-parallel layer's share, but the whole of a norm's or a
   row-parallel layer's hidden-sized output, and which one is the largest per rank is not
   known here; the saved activations below assume sequence parallelism, which splits those);
-- training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
+- training: weights x b, buffers and the step's inputs as above, gradients x b, fp32 master weights under mixed precision (b < 4),
   optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
-  for the backward as ``profile(..., backward=True)`` counts them (trained on the model's own
+  for the backward, beyond the model's inputs, as ``profile(..., backward=True)`` counts them (trained on the model's own
   loss where its forward takes ``labels`` a token: an LM or token-classification head), / tp
   (Megatron with sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the
   optimizer state and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the
   gradients, ZeRO-3 (FSDP) also the weights: the ZeRO paper's accounting (a note gives
   DeepSpeed's extra terms).
+
+Against ``report.memory_estimate()`` (``modelprof.report.memory``) of the same model, batch,
+dtype and optimizer: inference is the same sum, component by component (``weights`` its
+``parameters``, ``activation`` its ``activations``); a training plan holds no ``activation``
+row, where its training step adds the largest leaf working set again: fit follows the ZeRO
+and Korthikanti et al. accounting, model states + the saved tensors, which already hold most
+of that working set (a layer's input and output are what its backward saves), and which is
+what checkpointing and tp change. Mixed precision (master weights, fp32 state), sharding and
+tp are fit's alone.
 
 Quantized weights (integer parameters, packed weights, a quantized layer's buffers) count as
 stored, / tp, neither sharded nor trained. Not counted: the CUDA context and allocator
@@ -71,7 +81,7 @@ from modelprof.runtime.inputs import (
     parse_dtype,
     parse_input_size,
 )
-from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
+from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_bytes, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
 
@@ -90,7 +100,8 @@ _VERDICTS = {1: "yes", 0: "no", -1: "weights and states only"}
 _LAYER_VIEWS = ("style", "group_by", "units", "depth", "leaf_only", "top_k", "sort_by")
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = tuple(
-    "weights kv_cache activation master_weights gradients optimizer_state saved_activations".split()
+    "weights buffers inputs kv_cache activation master_weights gradients optimizer_state "
+    "saved_activations".split()
 )
 
 
@@ -290,10 +301,10 @@ def fit(
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
-    shapes, stored, parameters = _weights(model, spec.dtype, _heads(config, spec.tp))
+    shapes, stored, buffers, parameters = _weights(model, spec.dtype, _heads(config, spec.tp))
     shapes, trained = [s for s, _ in shapes], [s for s, t in shapes if t]
     counts = _counted(model, config, spec, training)
-    counts["stored"], counts["trained"] = stored, trained
+    counts["stored"], counts["trained"], counts["buffers"] = stored, trained, buffers
     counts["frozen"] = len(shapes) - len(trained)
     counts["state"], counts["state_skipped"] = _recurrent_state(model, config, spec)
     counts["deepspeed"] = _deepspeed_terms(model, spec, trained)
@@ -585,6 +596,9 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
     return inputs
 
 
+#: what ``_counted`` counts on meta: 0 where it counts nothing
+_ACTIVATIONS = ("inputs", "step_inputs", "activation", "saved", "saved_attention")
+
 #: transformers heads that label every position (a token classifier, ELECTRA's discriminator)
 _TOKEN_LABELS = ("ForTokenClassification", "ForPreTraining")
 
@@ -608,7 +622,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     and a softmax, counted on meta; zeros with ``skipped`` saying why when the model takes no
     token ids and no ``input_size`` was given, or fails at its token ids (a forward that fails
     at ``input_size`` is refused)."""
-    counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
+    counts: dict[str, Any] = dict.fromkeys(_ACTIVATIONS, 0) | {"skipped": None}
     prefill_inputs = _count_inputs(model, spec, training=False)
     ids = config is not None and prefill_inputs is not None
     counts["fed"] = _fed_text(spec, ids)
@@ -630,10 +644,14 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
 
     try:
         prefill = count(prefill_inputs, backward=False)
-        counts["activation"] = int(prefill.memory.working_set_bytes)
+        # the inputs in their own row, as memory_estimate holds them: beside the activations
+        # and the saved tensors, not in them
+        counts["inputs"] = prefill.memory.input_bytes
+        counts["activation"] = prefill.memory.working_set_beyond_inputs_bytes
         if training:
             step = count(_count_inputs(model, spec, training=True) or {}, backward=True)
-            counts["saved"] = int(step.totals["saved_bytes"])
+            counts["step_inputs"] = step.memory.input_bytes
+            counts["saved"] = int(step.totals["saved_bytes"]) - step.memory.saved_inputs_bytes
             counts["saved_attention"] = sum(
                 int(r.saved_bytes or 0)
                 for r in step.rows
@@ -649,7 +667,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             )
             refused.forward_failed = str(e)  # (the command line's spec size: not asked for)
             raise refused from e.__cause__
-        counts.update(activation=0, saved=0, saved_attention=0)
+        counts.update(dict.fromkeys(_ACTIVATIONS, 0))
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "
             f"{counts['fed']} ({error_line(e)})"
@@ -736,11 +754,13 @@ def _layer_saved(rows: list) -> list[int]:
 
 def _weights(
     model: nn.Module, dtype: torch.dtype, heads: _Heads
-) -> tuple[list[tuple[tuple[int, ...], bool]], int, int]:
+) -> tuple[list[tuple[tuple[int, ...], bool]], int, int, int]:
     """Rank 0's shapes of the floating parameters (held at ``dtype``), each with whether it is
     trained (``requires_grad``), the bytes of the weights held as stored (integer, quantized
-    and packed ones, a tensor subclass by its inner tensors, a quantized layer's buffers), and
-    the model's parameter elements."""
+    and packed ones, a tensor subclass by its inner tensors, a quantized layer's buffers), the
+    bytes of the other buffers (BatchNorm's running statistics, rotary frequencies, masks),
+    floating ones at ``dtype`` as ``model.to(dtype)`` casts them, the rest as stored (an int64
+    ``num_batches_tracked``), whole on every rank, and the model's parameter elements."""
     shapes: list[tuple[tuple[int, ...], bool]] = []
     elements, stored = module_packed_weights(model)
     seen: set[int] = set()
@@ -756,7 +776,8 @@ def _weights(
             else:
                 stored += tensor_nbytes(p)
         stored += _quantized_buffers(module, seen, dtype)
-    return shapes, stored, elements
+    buffers = tensor_bytes([b for b in model.buffers() if id(b) not in seen], dtype)
+    return shapes, stored, buffers, elements
 
 
 def _plain_float(t: torch.Tensor) -> bool:
@@ -905,6 +926,8 @@ def _inference(
         kv += -(-counts["state"] * spec.batch_size // spec.tp)
     return {
         "weights": _elements(shapes) * spec.dtype.itemsize + -(-counts["stored"] // spec.tp),
+        "buffers": counts["buffers"],
+        "inputs": counts["inputs"],
         "kv_cache": kv,
         "activation": counts["activation"],
     }
@@ -967,6 +990,8 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
         "weights": per_rank(shapes, stage >= 3, b) + -(-counts["stored"] // spec.tp),
+        "buffers": counts["buffers"],
+        "inputs": counts["step_inputs"],
         "master_weights": per_rank(trained, stage >= 1, 4) if spec.mixed else 0,
         "gradients": per_rank(trained, stage >= 2, b),
         "optimizer_state": _state_bytes(spec, trained, stage >= 1, state_size),

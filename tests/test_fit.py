@@ -105,10 +105,15 @@ def test_training_plans_closed_forms():
     assert saved - modelprof_saved(cfg, 2, 16, labels=False) >= 2 * 16 * 101 * 4
     # SDPA is counted as the fused kernel on meta too, so no row ran attention as matmuls
     assert not any("ran attention as matmuls" in n for n in report.notes)
+    # buffers: the rotary inv_freq, head dim 32 / 2 = 16 floats, cast to bf16: 32 B, whole
+    # in every plan; inputs: 2 x 16 int64 token ids, 256 B (the labels are the same tensor)
+    assert (t.loc["buffers"] == 16 * 2).all() and (t.loc["inputs"] == 2 * 16 * 8).all()
     assert list(t.loc["total"]) == list(
         t.loc[
             [
                 "weights",
+                "buffers",
+                "inputs",
                 "kv_cache",
                 "activation",
                 "master_weights",
@@ -135,7 +140,8 @@ def modelprof_saved(cfg, batch, seq, labels=True):
         backward=True,
         timing=False,
     )
-    return r.totals["saved_bytes"]
+    # beyond the inputs, which fit's inputs row holds, as memory_estimate's saved row counts
+    return r.totals["saved_bytes"] - r.memory.saved_inputs_bytes
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
@@ -422,8 +428,12 @@ def test_a_plain_module_given_an_input_size_counts_its_activations():
     )
     # the largest leaf call: bn1's 64 x 112 x 112 input and output, fp32, at batch 256:
     # 2 x 256 x 64 x 112 x 112 x 4 = 1,644,167,168 B; saved: profile(backward=True)'s 5.29 GiB
+    # beyond the input that conv1 saves, which the inputs row holds: 256 x 3 x 224 x 224 x 4 B
     assert t.loc["activation", "inference"] == 2 * 256 * 64 * 112 * 112 * 4
-    assert t.loc["saved_activations", "data parallel"] == est.totals["saved_bytes"] > 5 * 2**30
+    assert est.memory.saved_inputs_bytes == 256 * 3 * 224 * 224 * 4
+    assert (t.loc["inputs"] == 256 * 3 * 224 * 224 * 4).all()
+    saved = est.totals["saved_bytes"] - 256 * 3 * 224 * 224 * 4
+    assert t.loc["saved_activations", "data parallel"] == saved > 5 * 2**30
     assert report.activations and report.fits("inference") and not report.fits("ZeRO-3 (FSDP)")
     with pytest.raises(ModelProfError, match=r"input_size=\(3, 224, 224\) is for.*token ids"):
         fit(small_llama(), context=8, input_size=(3, 224, 224))
@@ -433,10 +443,11 @@ def test_a_plain_module_given_an_input_size_counts_its_activations():
 
 def test_the_command_line_counts_a_vision_model_at_its_input_size(capsys):
     pytest.importorskip("torchvision")
-    # resnet18's spec records 3 x 224 x 224: batch 64 in bf16 saves 725.91 MiB; fits 2 GB
+    # resnet18's spec records 3 x 224 x 224: batch 64 in bf16 saves 725.91 MiB, of which the
+    # input conv1 saves, 64 x 3 x 224 x 224 x 2 B = 18.38 MiB, is the inputs row's: 707.54
     assert main(["fit", "resnet18", "--memory", "2GB", "--batch-size", "64"]) == 0
     out = capsys.readouterr().out
-    assert "725.91 MiB" in out and "no activations counted" not in out
+    assert "707.54 MiB" in out and "no activations counted" not in out
     # --input-size overrides it: the largest leaf call 2 x 64 x 64 x 16 x 16 x 2 B = 4 MiB
     assert (
         main(
@@ -1024,9 +1035,11 @@ def test_an_input_size_the_forward_refuses_is_refused_as_profile_refuses_it():
     model = torch.nn.Linear(10, 5)
     with pytest.raises(ModelProfError, match=r"input_size=\(3,\) .*forward pass failed"):
         fit(model, input_size=(3,), memory_bytes=2**30)
-    # at its own feature size it counts: 1 x 10 input + 1 x 5 output in bf16, (10 + 5) x 2 B
+    # at its own feature size it counts: the 1 x 10 input in its row, 10 x 2 B, and the
+    # largest leaf call beyond it, the 1 x 5 output in bf16: 5 x 2 B
     counted = fit(model, input_size=(10,), memory_bytes=2**30, training=False)
-    assert counted.table.loc["activation", "inference"] == 30
+    assert counted.table.loc["activation", "inference"] == 10
+    assert counted.table.loc["inputs", "inference"] == 20
     with pytest.warns(ModelProfWarning, match="pass input_size="):  # none given: a warning
         assert not fit(model, memory_bytes=2**30).activations
 
@@ -1071,7 +1084,7 @@ def test_a_sequence_classifier_is_counted_without_token_labels():
         model, inputs={"input_ids": ids}, device="meta", dtype=torch.bfloat16, backward=True
     )
     saved = report.table.loc["saved_activations", "data parallel"]
-    assert saved == step.totals["saved_bytes"] > 0
+    assert saved == step.totals["saved_bytes"] - step.memory.saved_inputs_bytes > 0
     assert report.table.loc["activation", "inference"] > 0
     # a token classifier labels every token: counted on its own loss, labels shaped as the ids
     with torch.device("meta"):
@@ -1084,4 +1097,79 @@ def test_a_sequence_classifier_is_counted_without_token_labels():
         dtype=torch.bfloat16,
         backward=True,
     )
-    assert tagged.table.loc["saved_activations", "data parallel"] == own.totals["saved_bytes"]
+    own_saved = own.totals["saved_bytes"] - own.memory.saved_inputs_bytes
+    assert tagged.table.loc["saved_activations", "data parallel"] == own_saved
+
+
+class BigBuf(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.register_buffer("table", torch.randn(1024, 1024))
+
+    def forward(self, x):
+        return self.a(x) + self.table[: x.shape[0], :64]
+
+
+def test_buffers_are_counted_in_every_plan_at_their_real_dtype():
+    t = fit(BigBuf(), input_size=(64,), batch_size=2, dtype=torch.float32).table
+    # the 1024 x 1024 fp32 table: 4 MiB, whole in every plan (no gradient, never sharded)
+    assert (t.loc["buffers"] == 1024 * 1024 * 4).all()
+    # BatchNorm's running mean and var cast with dtype= as module.to(dtype) casts them, its
+    # num_batches_tracked an int64 still: 2 x 8 x 2 B (bf16) + 8 B
+    norm = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    t = fit(norm, input_size=(4,), batch_size=2, dtype=torch.bfloat16).table
+    assert (t.loc["buffers"] == 2 * 8 * 2 + 8).all()
+
+
+def test_fit_and_memory_estimate_agree_where_they_count_the_same():
+    """resnet-like: conv, BatchNorm (buffers), pooling, a head; batch 4, fp32, Adam."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 10),
+    )
+    planned = fit(model, input_size=(3, 16, 16), batch_size=4, dtype=torch.float32).table
+    est = modelprof.profile(
+        model,
+        (3, 16, 16),
+        batch_size=4,
+        device="meta",
+        dtype=torch.float32,
+        timing=False,
+        backward=True,
+        optimizer="adam",
+    ).memory_estimate()
+    pairs = {  # fit's row: memory_estimate's
+        "weights": "parameters",  # (3 x 9 x 8 + 8) + 2 x 8 + (8 x 10 + 10) = 330 x 4 B
+        "buffers": "buffers",  # running mean, var 2 x 8 x 4 B + num_batches_tracked 8 B = 72
+        "inputs": "inputs",  # 4 x 3 x 16 x 16 x 4 B = 12,288
+        # the BatchNorm's input and output beyond the input: 2 x 4 x 8 x 16 x 16 x 4 = 65,536
+        "activation": "activations",
+    }
+    for mine, theirs in pairs.items():
+        assert planned.loc[mine, "inference"] == est.loc[theirs, "inference"], mine
+    assert planned.loc["weights", "inference"] == 330 * 4
+    assert (
+        planned.loc["buffers", "inference"] == 72 and planned.loc["inputs", "inference"] == 12_288
+    )
+    assert planned.loc["activation", "inference"] == 2 * 4 * 8 * 16 * 16 * 4
+    assert planned.loc["total", "inference"] == est.loc["total", "inference"]
+    step = {  # fit's data parallel plan: memory_estimate's training step
+        "weights": "parameters",
+        "buffers": "buffers",
+        "inputs": "inputs",
+        "gradients": "gradients",  # 330 x 4 B
+        "optimizer_state": "optimizer state",  # m, v: 2 x 330 x 4 B + a 4-byte step x 6 tensors
+        "saved_activations": "saved for backward",  # beyond the input, which conv saved
+    }
+    for mine, theirs in step.items():
+        assert planned.loc[mine, "data parallel"] == est.loc[theirs, "training_step"], mine
+    assert planned.loc["optimizer_state", "data parallel"] == 2 * 330 * 4 + 6 * 4
+    # by design: no activation row in a training plan (the ZeRO accounting), so the estimate's
+    # step is larger by exactly its activations row
+    gap = est.loc["total", "training_step"] - planned.loc["total", "data parallel"]
+    assert gap == est.loc["activations", "training_step"] == 2 * 4 * 8 * 16 * 16 * 4

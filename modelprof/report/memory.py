@@ -11,6 +11,11 @@ tensors per trainable parameter, and the per-tensor ``step`` of the optimizer th
 for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
 backward: measured with ``backward=True`` (beyond the model's inputs, which that reader saved:
 the inputs row holds them), else every leaf call's output (torchinfo's convention).
+
+``modelprof.fit`` at the same batch, dtype and optimizer (``input_size=``) gives the same
+inference sum component by component; its training plans leave out this step's activations
+row (the largest working set, whose tensors are mostly among the saved ones), as the ZeRO
+accounting does, so this estimate is the larger by that row (``fit``'s module doc).
 """
 
 from __future__ import annotations
