@@ -660,6 +660,15 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             counts["layer_saved"] = _layer_saved(step.rows)
             counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
+        if spec.input_size is not None and "takes integer token ids" in str(e):
+            raise ModelProfError(
+                f"input_size={_shapes_text(spec.input_size)}: {type(model).__name__} takes "
+                "integer token ids, and fit feeds token ids (at context=) only to a model with "
+                "a transformers config; it cannot size this model's activations: leave "
+                "input_size= out for its weights and states, and count them with "
+                "modelprof.profile(model, inputs=modelprof.token_inputs(model, seq_len), "
+                "backward=True).memory_estimate()"
+            ) from e
         if spec.input_size is not None:  # activations asked for: refused as profile refuses
             refused = ModelProfError(
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "

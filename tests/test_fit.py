@@ -1173,3 +1173,21 @@ def test_fit_and_memory_estimate_agree_where_they_count_the_same():
     # step is larger by exactly its activations row
     gap = est.loc["total", "training_step"] - planned.loc["total", "data parallel"]
     assert gap == est.loc["activations", "training_step"] == 2 * 4 * 8 * 16 * 16 * 4
+
+
+def test_a_token_model_without_a_config_is_refused_naming_what_counts_it():
+    class Tok(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e, self.h = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 100)
+
+        def forward(self, x):
+            return self.h(self.e(x))
+
+    # its hint named inputs=, which fit does not take; fit cannot feed it ids: it says so
+    with pytest.raises(ModelProfError) as caught:
+        fit(Tok(), input_size=(5,), dtype=torch.float32)
+    said = str(caught.value)
+    assert "Tok takes integer token ids" in said and "cannot size this model's" in said
+    assert "profile(model, inputs=modelprof.token_inputs(model, seq_len)" in said
+    assert "pass inputs=" not in said
