@@ -6,20 +6,21 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = byt
 ``dtype``; parameters as rank 0 holds them under ``tp``: :func:`_tp_shape`):
 
 - inference: weights x b + buffers (floating ones at ``dtype``, as ``model.to(dtype)`` casts
-  them; integer ones as stored) + the inputs (token ids, or ``input_size``'s tensors) + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
-  cross-attention included) / min(tp, kv_heads) + a recurrent (Mamba) state per sequence x
-  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs beyond
-  the model's inputs, which their own row holds; not divided by tp: a rank holds a column-parallel layer's share, but the whole of a norm's or a
-  row-parallel layer's hidden-sized output, and which one is the largest per rank is not
-  known here; the saved activations below assume sequence parallelism, which splits those);
-- training: weights x b, buffers and the step's inputs as above, gradients x b, fp32 master weights under mixed precision (b < 4),
-  optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
-  for the backward, beyond the model's inputs, as ``profile(..., backward=True)`` counts them (trained on the model's own
-  loss where its forward takes ``labels`` a token: an LM or token-classification head), / tp
-  (Megatron with sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the
-  optimizer state and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the
-  gradients, ZeRO-3 (FSDP) also the weights: the ZeRO paper's accounting (a note gives
-  DeepSpeed's extra terms).
+  them; integer ones as stored) + the inputs (token ids, or ``input_size``'s tensors) + KV cache
+  (``closed_form_kv_bytes``, an encoder-decoder's cross-attention included) / min(tp, kv_heads)
+  + a recurrent (Mamba) state per sequence x batch / tp + the largest activation of a prefill
+  (one leaf call's inputs + outputs beyond the model's inputs, which their own row holds; not
+  divided by tp: a rank holds a column-parallel layer's share, but the whole of a norm's or a
+  row-parallel layer's hidden-sized output, and which one is the largest per rank is not known
+  here; the saved activations below assume sequence parallelism, which splits those);
+- training: weights x b, buffers and the step's inputs as above, gradients x b, fp32 master
+  weights under mixed precision (b < 4), optimizer state (``step.optimizer_state``; fp32 under
+  mixed precision) and the tensors saved for the backward, beyond the model's inputs, as
+  ``profile(..., backward=True)`` counts them (trained on the model's own loss where its forward
+  takes ``labels`` a token: an LM or token-classification head), / tp (Megatron with sequence
+  parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the optimizer state and master
+  weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also
+  the weights: the ZeRO paper's accounting (a note gives DeepSpeed's extra terms).
 
 Against ``report.memory_estimate()`` (``modelprof.report.memory``) of the same model, batch,
 dtype and optimizer: inference is the same sum, component by component (``weights`` its

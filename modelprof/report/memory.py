@@ -104,8 +104,8 @@ def _inputs_reader(records: Sequence[Any]) -> int | None:
     """The index of the leaf taken to read the model's inputs: the first leaf call fed tensors
     of their shapes (the first layer, or the model itself when it is one leaf); None without
     one. Its inputs (in its working set, or saved for the backward) are the inputs row's, and
-    counting them twice overstated the bound. Later calls of those shapes (a stack of same-shape layers)
-    read other tensors while the caller still holds the inputs: theirs count whole."""
+    counting them twice overstated the bound. Later calls of those shapes (a stack of same-shape
+    layers) read other tensors while the caller still holds the inputs: theirs count whole."""
     root = next((r for r in records if r.parent is None), None)
     if root is None:
         return None
