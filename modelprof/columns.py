@@ -32,6 +32,7 @@ __all__ = [
     "count_column",
     "declare",
     "declared",
+    "flag_column",
     "names",
     "undeclare",
     "whole_column",
@@ -133,6 +134,12 @@ def whole_column(values: Sequence[Any]) -> Any:
     if all(v is None or -(2**63) <= v < 2**63 for v in ints):
         return pd.array(ints, dtype="Int64")
     return np.array([math.nan if v is None else float(v) for v in ints], dtype="float64")
+
+
+def flag_column(values: Sequence[Any]) -> np.ndarray:
+    """Flags some of which may be missing (None, NaN: a failed model's, an untimed row's): True,
+    False and None (not NaN), as ``read_csv`` reads them back."""
+    return np.array([None if pd.isna(v) else bool(v) for v in values], dtype=object)
 
 
 def _group(group: str, *specs: tuple) -> None:
@@ -309,7 +316,9 @@ _group(
     ("calls", "calls", "int"),
 )
 # a sweep's own text, written for every row (a failed one's too), "" where there is none; and
-# why a timed row's median is not quotable, "" where it is (none in a failed row: missing)
+# why a timed row's median is not quotable, "" where it is (none in a failed row: missing), and
+# the (root) row's per-layer median, what that reason says to quote where the clean runs were
+# slowed (NaN where no per-layer timing ran)
 _group(
     "sweep",
     ("status", "status", "text"),
@@ -320,4 +329,5 @@ _group(
     "sweep_timing",
     ("latency_unquotable", "latency unquotable", "text"),
     ("backward_latency_unquotable", "backward latency unquotable", "text"),
+    ("root_latency_ms", "(root) latency", "time_ms"),
 )

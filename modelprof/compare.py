@@ -487,8 +487,7 @@ def _keep_types(df: pd.DataFrame, rows: Mapping[str, Mapping[str, Any]]) -> None
         if declared is not None and declared.dtype == "int64":
             df[column] = registry.whole_column([rows[n].get(column) for n in df.index])
         elif declared.dtype == "bool" if declared else str(column).endswith("_rough"):
-            flags = [None if pd.isna(v) else bool(v) for v in df[column]]
-            df[column] = pd.Series(flags, index=df.index, dtype=object)
+            df[column] = pd.Series(registry.flag_column(df[column]), index=df.index)
 
 
 #: measure_throughput's own search bounds, the rest of throughput_options being timing options

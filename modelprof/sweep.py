@@ -61,12 +61,15 @@ def sweep(
     backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
     a row has none), the latency columns (and ``threads``) of timed configurations
     (``latency_rough``: no figure to quote, where its report marks its end-to-end median ``~``
-    (``latency_unquotable`` says why: a loaded machine, too few runs, the clean runs slowed) or
+    (``latency_unquotable`` says why: a loaded machine, too few runs, the clean runs slowed,
+    then quote ``root_latency_ms``, the ``(root)`` row's per-layer median) or
     above a bigger batch size's of the same model, dtype, mode, device, options and input,
-    beyond both intervals; ``latency_loaded``: other work on the machine
+    beyond both intervals; ``latency_stable``: the clean runs did not drift, whether rough or
+    not; ``latency_loaded``: other work on the machine
     stretched it, and then ``cpu_work_median_ms``, the CPU work its warning says to quote
     where it does, NaN otherwise), ``options``, ``warnings`` (what ``profile()`` warned), and
-    ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``.
+    ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``; ``attrs["env"]``: the
+    environment it ran in (``sweep.json`` holds it).
     """
     configs = load_sweep(config, options=profile_keywords(), check=check_config)
     check_options(resume, retry_failed, progress, timeout_s, on_config)
@@ -139,6 +142,9 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
         row.update(_latency("latency", report.latency))
         # why the report marks its end-to-end median ~ (no figure to quote), "" where it is one
         row["latency_unquotable"] = report.latency_unquotable or ""
+        if report.layer_timing is not None:  # what that reason may say to quote, as a number
+            root = (r.latency_ms for r in report.rows if r.module == "" and r.depth == 0)
+            row["root_latency_ms"] = next(root, float("nan"))
     if report.backward_latency is not None:
         row.update(_latency("backward_latency", report.backward_latency))
         row["backward_latency_unquotable"] = report.backward_latency_unquotable or ""

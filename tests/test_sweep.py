@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import textwrap
@@ -642,7 +643,48 @@ def test_the_sweeps_json_reads_back_exactly_with_modelprofs_reader(nets: Path, t
     assert df["macs"].dtype == "Int64" and df["macs"].isna().any()  # the broken rows have none
     back, totals, env = read_json(out / "sweep.json")
     pd.testing.assert_frame_equal(back, df)
-    assert totals is None and env is None
+    # (a trial's sweep.json stored "env": null: no torch version or CPU, as every other has)
+    assert totals is None and env == df.attrs["env"]
+    assert env["torch_version"] == torch.__version__ and env["device"] == "cpu"
+
+
+def test_a_timed_sweep_reads_back_its_threads_and_root_latency(
+    nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a trial's sweep stored threads as 2.0 (float64) and, its clean median slowed, said
+    # "quote the (root) row" with no column holding that row's latency (only the warnings'
+    # text): threads is a whole number (<NA> for a counted row), root_latency_ms the report's
+    # (root) row, and both read back as the frame holds them from the CSV and the JSON
+    import sys
+
+    from modelprof.render import read_csv, read_json
+
+    sweep_module = sys.modules["modelprof.sweep"]  # (the package's "sweep" is the function)
+
+    reports: list = []
+    real = sweep_module.profile
+
+    @functools.wraps(real)  # (its signature: the keywords a grid's options may give)
+    def kept(*args: object, **kwargs: object) -> object:
+        reports.append(real(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(sweep_module, "profile", kept)
+    options = {"repeat": 5, "warmup": 1, "roofline": False, "warn": False}
+    counted = {"models": [f"{nets}:narrow"], "batch_sizes": [1]}
+    df = sweep([counted, {**counted, "timing": True, "options": options}], out=tmp_path / "out")
+    assert df["threads"].dtype == "Int64"
+    assert df["threads"].isna().tolist() == [True, False]
+    assert df["threads"].iloc[1] == torch.get_num_threads()
+    table = reports[1].to_dataframe()  # (reports[0]: the counted row's)
+    root = table.loc[table["module"] == "", "latency_ms"].iloc[0]
+    assert df["root_latency_ms"].iloc[1] == root > 0 and pd.isna(df["root_latency_ms"].iloc[0])
+    for back in (
+        read_csv(tmp_path / "out" / "sweep.csv"),
+        read_json(tmp_path / "out" / "sweep.json")[0],
+    ):
+        assert back.dtypes.to_dict() == df.dtypes.to_dict()
+        pd.testing.assert_frame_equal(back, df)
 
 
 def test_the_sweeps_csv_reads_back_exactly_with_modelprofs_reader(nets: Path, tmp_path: Path):

@@ -39,6 +39,7 @@ from modelprof.errors import (
     warn_user,
 )
 from modelprof.render.csvio import SWEEP_WHOLE
+from modelprof.runtime.env import collect_env
 from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
@@ -98,6 +99,9 @@ def run_sweep(
         finally:
             bar.close()
     frame = _frame(configs, {k: v for part in parts for k, v in part.items()})
+    timed_on = set(frame["device"][frame["timing"].astype(bool)])
+    # where it ran, as every JSON export records it (its timed rows' device where they share one)
+    frame.attrs["env"] = collect_env(timed_on.pop() if len(timed_on) == 1 else None)
     if store is not None and rank == 0:
         store.write_table(frame)
     return frame
@@ -260,6 +264,10 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     for column in SWEEP_WHOLE:  # whole numbers, <NA> where none (read_csv reads them so)
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
+    for column in frame.columns:  # flags, None where none (an untimed row's latency_stable)
+        declared = registry.column(column)
+        if declared is not None and declared.dtype == "bool" and frame[column].isna().any():
+            frame[column] = registry.flag_column(frame[column])
     for prefix in ("latency", "backward_latency"):
         if f"{prefix}_median_ms" in frame.columns:
             _mark_neighbours(frame, prefix)

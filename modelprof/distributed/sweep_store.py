@@ -65,11 +65,11 @@ class ResultStore:
         self,
         out: str | os.PathLike[str],
         csv_text: Callable[[pd.DataFrame], str],
-        json_text: Callable[[pd.DataFrame], str],
+        json_text: Callable[..., str],
     ) -> None:
         """``csv_text``, ``json_text``: the exporters' CSV and JSON writers
         (``render.csvio.to_csv``, ``render.jsonio.to_json``: ``read_json`` gives the frame
-        back exactly)."""
+        back exactly, the environment in ``frame.attrs["env"]`` with it)."""
         self.out = Path(out)
         self.csv_text, self.json_text = csv_text, json_text
         self.folder = self.out / "configs"
@@ -112,7 +112,7 @@ class ResultStore:
             with contextlib.suppress(OSError):
                 stray.unlink()
         _write(self.out / "sweep.csv", self.csv_text(frame))
-        _write(self.out / "sweep.json", self.json_text(frame))
+        _write(self.out / "sweep.json", self.json_text(frame, env=frame.attrs.get("env")))
 
 
 def _write(path: Path, text: str) -> None:

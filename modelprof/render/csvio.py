@@ -33,8 +33,9 @@ from modelprof.render.views import selected_frame, with_index
 
 __all__ = ["SWEEP_WHOLE", "to_csv", "read_csv"]
 
-# A sweep's counts, tokens and runs (``distributed.sweep``'s frame): Int64, failed row or not
-SWEEP_WHOLE = (*registry.names("count"), *registry.names("step"), "tokens", "latency_n")
+# A sweep's counts, tokens, runs and threads (``distributed.sweep``'s frame): Int64, failed row
+# or not
+SWEEP_WHOLE = (*registry.names("count"), *registry.names("step"), "tokens", "latency_n", "threads")
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
@@ -186,7 +187,7 @@ def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, 
     ``error`` is missing (the model ran), as is an empty text cell of a row with an error (the
     model failed: ``input_shape``). A sweep's (with ``status``): an empty cell of a row of
     status ``error`` is missing in a declared text column its measurement fills
-    (``input_shape``, ``latency_unquotable``), not in those of every row (``error`` "" where a
+    (``input_shape``, ``latency_unquotable``: an untimed row's too), not in those of every row (``error`` "" where a
     row ran, ``warnings``, the configuration's). Not in a column typed by ``dtypes=``, nor in
     any other table (a user's own ``error`` column keeps its "")."""
     if "model" not in columns or "error" not in columns or not _is_text(columns["error"]):
@@ -200,8 +201,11 @@ def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, 
         declared = registry.column(name)
         if name in overrides or sweep and (declared is None or declared.group == "sweep"):
             continue
-        if _is_text(column) and (name == "error" or any(failed)):
-            gaps = failed if name != "error" else [not f for f in failed]
+        rows = failed  # (and, in a sweep, an untimed row's reason a median is unquotable)
+        if sweep and declared.group == "sweep_timing" and "timing" in columns:
+            rows = [f or t is False for f, t in zip(failed, columns["timing"])]
+        if _is_text(column) and (name == "error" or any(rows)):
+            gaps = rows if name != "error" else [not f for f in failed]
             cells = [None if gap and v == "" else v for v, gap in zip(column, gaps)]
             columns[name] = pd.Series(cells, name=name, dtype=column.dtype)
 
