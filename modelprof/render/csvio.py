@@ -187,9 +187,9 @@ def _failed_rows_missing(columns: dict[str, pd.Series], overrides: Mapping[str, 
     ``error`` is missing (the model ran), as is an empty text cell of a row with an error (the
     model failed: ``input_shape``). A sweep's (with ``status``): an empty cell of a row of
     status ``error`` is missing in a declared text column its measurement fills
-    (``input_shape``, ``latency_unquotable``: an untimed row's too), not in those of every row (``error`` "" where a
-    row ran, ``warnings``, the configuration's). Not in a column typed by ``dtypes=``, nor in
-    any other table (a user's own ``error`` column keeps its "")."""
+    (``input_shape``, ``latency_unquotable``: an untimed row's too), not in those of every row
+    (``error`` "" where a row ran, ``warnings``, the configuration's). Not in a column typed by
+    ``dtypes=``, nor in any other table (a user's own ``error`` column keeps its "")."""
     if "model" not in columns or "error" not in columns or not _is_text(columns["error"]):
         return
     sweep = "status" in columns
