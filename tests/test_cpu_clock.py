@@ -4,6 +4,9 @@ for several, stated which), and the CPU time read beside the wall clock by defau
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pytest
 import torch
 from fake_clock import VirtualSpin, install
@@ -12,6 +15,7 @@ from torch import nn
 import modelprof.timing.clock as clock_module
 from modelprof.errors import ModelProfError
 from modelprof.timing import measure_latency
+from modelprof.timing.calibration import Spin
 from modelprof.timing.clock import CpuClock, CpuTimeClock, clock_for
 from modelprof.timing.options import TimingOptions
 
@@ -205,3 +209,45 @@ def test_a_training_comparison_ranks_the_whole_steps_beside_the_forwards(monkeyp
         n.startswith("step_rank: by each whole training step's CPU work")
         for n in loaded.attrs["notes"]
     )
+
+
+def _one_cpu_read_ms() -> float:
+    """What one read of the calling thread's CPU clock costs here (ms; the least of five runs of
+    1000 reads, so that load can only raise it)."""
+    import timeit
+
+    return min(timeit.repeat(time.thread_time_ns, number=1000, repeat=5)) / 1000 * 1e3
+
+
+def test_the_cpu_work_of_a_busy_forward_covers_the_wall_span_and_no_more():
+    # a forward that busy-spins 50 us: its thread's CPU time over a sample's wall span is at
+    # most that wall time, and about all of it. The CPU clocks' reads around the span (one
+    # thread_time_ns read, about 0.5 us, and the process clock's) are taken off: before, each
+    # sample's CPU time read their cost above its wall time (wall/CPU 0.95 on a 28 us call).
+    # Allowed: half of one such read (the reads' cost after real work varies by a fraction
+    # of it); load only stretches the wall (CPU - wall lower still)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the thread's own CPU clock
+    try:
+        lat = measure_latency(nn.Sequential(Spin(0.05)), inputs=torch.zeros(1), repeat=300)
+    finally:
+        torch.set_num_threads(threads)
+    slack = _one_cpu_read_ms() / 2
+    assert lat.cpu_clock == "thread_time"
+    assert np.median(lat.cpu_ms - lat.samples_ms) <= slack
+    assert lat.cpu.median_ms <= lat.median_ms + slack
+    assert lat.wall_over_cpu >= 1 - slack / lat.cpu.median_ms
+    assert lat.cpu.median_ms >= 0.9 * lat.median_ms  # nearly all of the span was work
+
+
+@pytest.mark.filterwarnings("ignore::modelprof.errors.LoadedMachineWarning")
+def test_the_cpu_work_of_a_sleeping_forward_is_far_below_its_wall():
+    # a forward that sleeps 2 ms: its thread works a few us of it (the call, the sleep's
+    # syscall), its wall at least the 2 ms; a tenth bounds the CPU work at 200 us
+    class Sleep(nn.Module):
+        def forward(self, x):
+            time.sleep(0.002)
+            return x
+
+    lat = measure_latency(Sleep(), inputs=torch.zeros(1), repeat=20)
+    assert lat.cpu.median_ms < 0.1 * lat.median_ms

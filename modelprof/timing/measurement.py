@@ -15,9 +15,11 @@ Conventions, stated once:
   with an interval wider than ±``JUDGE_MAX_RELATIVE_CI``;
 * a budget that ends below ``min_samples`` is extended by at most ``FLOOR_EXTEND_S``
   (``extended_s``); a run still short quotes no median (``short_reason``) and warns once;
-* ``cpu_ms``: each sample's CPU time (``cpu_clock``: ``"thread_time"`` for one intra-op thread,
-  ``"process_time"`` for several); ``cpu`` is that CPU work as a Measurement; it stands for the
-  work on a loaded machine (``cpu_holds``) only as the calling thread's (it did
+* ``cpu_ms``: each sample's CPU time over its wall span (``cpu_clock``: ``"thread_time"`` for
+  one intra-op thread, ``"process_time"`` for several; the clock reads' own cost taken off,
+  ``CpuClock``: one thread's CPU work is at most the sample's wall time, and a busy thread's
+  ``wall_over_cpu``, median over median, reads 1); ``cpu`` is that CPU work as a Measurement;
+  it stands for the work on a loaded machine (``cpu_holds``) only as the calling thread's (it did
   ``CPU_ONE_THREAD_SHARE`` of the process's CPU time: ``cpu_thread_share``): several
   threads spin while one of them waits for a core, so load stretches their CPU time too;
 * ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
