@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import pandas as pd
@@ -382,6 +382,35 @@ def test_failing_module_is_named():
     msg = str(info.value)
     assert "in module '2' (Linear, input 1x288)" in msg
     assert "modules that ran before it: 0, 1" in msg
+
+
+@pytest.mark.parametrize(
+    "hooked,where,before",
+    [  # modelprof's own hooks (global) run before the module's: its forward had returned
+        ("block.0", "'block.0' (Linear, input 2x4), after its forward returned; running: "
+         "(root) > block > block.0", "modules that ran before it: pre."),
+        ("pre", "'pre' (Linear, input 2x4), after its forward returned; running: (root) > pre",
+         "no module finished before it."),
+        ("", "'(root)' (Sequential, input 2x4), after its forward returned; running: (root)",
+         "modules that ran before it: pre, block.0, block.1, block."),
+    ],
+)  # fmt: skip
+def test_a_forward_hook_that_raises_is_named_on_its_module(hooked, where, before):
+    # a user's forward hook on block.0 raising was blamed on its parent 'block', with block.0
+    # among the modules that ran; on the root, "before any module ran" beside all of them
+    model = nn.Sequential(
+        OrderedDict(pre=nn.Linear(4, 4), block=nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    )
+
+    def broke(module, args, output):
+        raise RuntimeError("the hook broke")
+
+    model.get_submodule(hooked).register_forward_hook(broke)
+    with pytest.raises(ModelProfError) as info:
+        profile(model, (4,), batch_size=2, timing=False)
+    msg = str(info.value)
+    assert f"failed in a forward hook on module {where}; {before}" in msg, msg
+    assert "RuntimeError: the hook broke" in msg
 
 
 def test_running_twice_gives_identical_numbers():

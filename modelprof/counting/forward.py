@@ -242,8 +242,20 @@ def _mode_or_dtype_hint(e: Exception, model: Any, inputs: ModelInputs) -> str:
     )
 
 
+def _hooked(e: Exception, running: list, done: list) -> Any:
+    """The finished call whose forward hooks raised ``e``: the innermost module call ``e`` was
+    raised in had returned (modelprof's hooks, global, run before a module's own); else None."""
+    module = compat.innermost_call(e)
+    if module is None or any(r.module_id == id(module) for r in running):
+        return None
+    return next((r for r in reversed(done) if r.module_id == id(module)), None)
+
+
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
+    hooked = _hooked(e, running, done)
+    if hooked is not None:  # that call did not finish: its hooks raised
+        running, done = [*running, hooked], [r for r in done if r is not hooked]
     where, hint = "before any module ran", ""
     root = next((m for m, n in tracker.names.items() if n == ""), None)
     if running:
@@ -256,9 +268,10 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
             *(f"{k}={shape_str(v)}" for k, v in keywords.items() if shape_str(v)),
         ]
         path = module_path([r.name for r in running])
+        hook, after = ("a forward hook on ", ", after its forward returned") if hooked else ("", "")
         where = (
-            f"in module {inner.name or '(root)'!r} ({inner.type}, input "
-            f"{', '.join(shapes) or 'no tensors'}); running: {path}"
+            f"in {hook}module {inner.name or '(root)'!r} ({inner.type}, input "
+            f"{', '.join(shapes) or 'no tensors'}){after}; running: {path}"
         )
         hint = _embedding_hint(e, module, inputs, root)
         if not shapes:  # the module that failed was given no tensor: the ints?

@@ -306,17 +306,32 @@ def forget_global_hook(handle: Any) -> None:
     getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(handle.id, None)
 
 
+def _call_frames(error: BaseException) -> Iterator[Any]:
+    """The frames of ``Module._call_impl`` in the traceback of ``error``, outermost first:
+    torch 2.4-2.14."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_call_impl":
+            yield tb.tb_frame
+        tb = tb.tb_next
+
+
 def call_kwargs(error: BaseException, module: Any) -> dict[str, Any]:
     """The keyword arguments ``module`` was called with, read from the frame of its
     ``Module._call_impl`` in the traceback of ``error`` raised inside it (an always-call forward
-    hook is not given them when the forward raises): torch 2.4-2.14; {} where none is found."""
-    tb, found = error.__traceback__, {}
-    while tb is not None:  # outermost first: the innermost call of ``module`` wins
-        frame = tb.tb_frame
-        if frame.f_code.co_name == "_call_impl" and frame.f_locals.get("self") is module:
+    hook is not given them when the forward raises); {} where none is found."""
+    found = {}
+    for frame in _call_frames(error):  # outermost first: the innermost call of ``module`` wins
+        if frame.f_locals.get("self") is module:
             found = frame.f_locals.get("kwargs") or {}
-        tb = tb.tb_next
     return found if isinstance(found, dict) else {}
+
+
+def innermost_call(error: BaseException) -> Any:
+    """The module whose call ``error`` was raised in, innermost (its forward, or a hook its
+    ``Module._call_impl`` ran); None outside any."""
+    frames = list(_call_frames(error))
+    return frames[-1].f_locals.get("self") if frames else None
 
 
 def fast_range(name: str) -> Any:
