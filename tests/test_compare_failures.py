@@ -245,7 +245,8 @@ def test_a_model_failing_its_timed_training_step_leaves_the_others():
     _BackwardFailsLater.calls[0] = 0
     models = {"a": nn.Linear(4, 4), "bad": _TrainsBadly(), "c": nn.Linear(4, 8)}
     df = compare(models, (4,), backward=True, **QUICK)
-    assert "a training step of bad failed in the backward while timing it" in df.loc["bad", "error"]
+    named = "a training step of bad failed in the backward of module '(root)' (_TrainsBadly)"
+    assert f"{named} while timing it" in df.loc["bad", "error"]
     assert "RuntimeError: backward boom" in df.loc["bad", "error"]
     assert df.loc["a", "backward_latency_median_ms"] > 0
     assert df.loc["c", "backward_latency_median_ms"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,45 @@ def test_a_loss_or_optimizer_that_fails_only_once_timed_is_named(phase):
             **FAST,
         )
     assert calls[0] == 4  # it did fail in the timed steps
+
+
+class _LateBackward(torch.autograd.Function):
+    """Identity; its backward raises from its fourth call on (the checked and counted steps'
+    pass: only the timed ones meet it)."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        _LateBackward.calls += 1
+        if _LateBackward.calls > 3:
+            raise RuntimeError(f"backward broke at call {_LateBackward.calls}")
+        return grad
+
+
+class _Late(nn.Module):
+    def forward(self, x):
+        return _LateBackward.apply(x)
+
+
+def test_a_backward_that_fails_only_once_timed_names_its_module():
+    # the timed steps' failure said only "failed in the backward", where the counted one names
+    # the module; nested (inner.1) so that neither the root nor its parent will do
+    _LateBackward.calls = 0
+    model = nn.Sequential(
+        OrderedDict(a=nn.Linear(4, 4), inner=nn.Sequential(nn.ReLU(), _Late(), nn.Linear(4, 2)))
+    )
+    with pytest.raises(ModelProfError) as info:
+        profile(model, (4,), backward=True, warn=False, **FAST)
+    assert _LateBackward.calls == 4  # it did fail in the timed steps
+    assert (
+        "a training step of Sequential failed in the backward of module 'inner.1' (_Late) "
+        "while timing it: RuntimeError: backward broke at call 4" in str(info.value)
+    )
 
 
 # -- views and exports --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,7 +62,9 @@ __all__ = [
     "SavedBytes",
     "StepCost",
     "add_pass",
+    "backward_of",
     "count_step",
+    "failing_nodes",
     "grad_leaves",
     "move_target",
     "step_guard",
@@ -504,23 +507,34 @@ def _backward_costs(
     return tags, costs, recompute, counter
 
 
-def _failed_in(e: BaseException, scope: BackwardScope, records: list[CallRecord]) -> str:
-    """Where in the backward ``e`` was raised, in words: the call whose node read a saved
-    tensor written since (``SavedBytes.unpack``) or whose custom autograd Function raised it
-    (its ``ctx``, in the traceback, is the node), else the call whose node ran the backward's
-    latest op, if any."""
-    tb, call = e.__traceback__, scope.tags.by_node.get(getattr(e, "autograd_node", None))
-    while tb is not None:
-        ctx = tb.tb_frame.f_locals.get("ctx")
+def failing_nodes(e: BaseException) -> list[Any]:
+    """The autograd nodes a backward's ``e`` was raised in, innermost last: the node that read
+    a saved tensor written since (``SavedBytes.unpack``), and each whose custom autograd
+    Function raised it (its ``ctx``, in the traceback, is the node)."""
+    nodes = [getattr(e, "autograd_node", None)]
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        ctx = frame.f_locals.get("ctx")
         if isinstance(ctx, torch.autograd.function.BackwardCFunction):
-            call = scope.tags.by_node.get(ctx, call)
-        tb = tb.tb_next
+            nodes.append(ctx)
+    return [n for n in nodes if n is not None]
+
+
+def backward_of(name: str, kind: str) -> str:
+    """Where a backward failed, in words (the counted step's and the timed one's)."""
+    return f" in the backward of module '{name or '(root)'}' ({kind})"
+
+
+def _failed_in(e: BaseException, scope: BackwardScope, records: list[CallRecord]) -> str:
+    """Where in the backward ``e`` was raised, in words: the call of its innermost node known
+    (:func:`failing_nodes`), else the call whose node ran the backward's latest op, if any."""
+    by_node = scope.tags.by_node
+    call = next((by_node[n] for n in reversed(failing_nodes(e)) if n in by_node), None)
 
     def named(i: int) -> str:
         return f"module '{records[i].name or '(root)'}' ({records[i].type})"
 
     if call is not None and 0 <= call < len(records):
-        return f" in the backward of {named(call)}"
+        return backward_of(records[call].name, records[call].type)
     if scope.last is not None and 0 <= scope.last < len(records):
         return f" (the latest op it ran was in the backward of {named(scope.last)})"
     return ""

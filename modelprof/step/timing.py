@@ -52,7 +52,13 @@ from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, Recomputed, SeqMarks, tag_graph
-from modelprof.step.count import grad_leaves, move_target, step_guard
+from modelprof.step.count import (
+    backward_of,
+    failing_nodes,
+    grad_leaves,
+    move_target,
+    step_guard,
+)
 from modelprof.step.spec import StepSpec, refuse_eager_only
 from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
@@ -201,6 +207,7 @@ class _Step:
     snapshot: Snapshot | None = None  # with an optimizer: the parameters each block starts from
     out: Any = None
     loss_value: torch.Tensor | None = None
+    seq0: int = 0  # the autograd node number this step's forward starts from (``clear``)
 
     def __post_init__(self) -> None:
         # the forward phase ends when the collectives it started have (not in the loss's)
@@ -231,6 +238,7 @@ class _Step:
             self.reset()
         for t in (*self.params, *self.leaves):
             t.grad = None
+        self.seq0 = compat.next_sequence_nr()
 
     def restore(self) -> None:
         if self.snapshot is not None:
@@ -605,12 +613,45 @@ class StepTimer(Runner):
             phases[f.f_code] for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code in phases
         ]
         where = f" in {ran[0]}" if ran else ""
+        if ran and ran[0] == "the backward":
+            where = self._backward_of(e) or where
         error = ModelProfError(
             f"a training step of {self.label} failed{where} while timing it: "
             f"{type(e).__name__}: {e}"
         )
         error.candidate = self.label  # type: ignore[attr-defined]  # compare() drops that one
         return error
+
+    def _backward_of(self, e: Exception) -> str:
+        """The module whose backward raised ``e`` in a step, where a node is known
+        (:func:`failing_nodes`): that node's number from the step's forward start read on one
+        more eager forward, marked at each module call; "" where none is (or the clean steps
+        run compiled, numbering their nodes otherwise)."""
+        step, nodes = self.step, failing_nodes(e)
+        if not nodes or step.clean is not None:
+            return ""
+        names, marks, open_calls, calls = module_names(step.model), SeqMarks(LOSS), [], []
+
+        def pre(module: nn.Module, *_: Any) -> None:
+            open_calls.append(len(calls))
+            calls.append(module)
+            marks.mark(open_calls[-1])
+
+        def post(*_: Any) -> None:
+            open_calls.pop()
+            marks.mark(open_calls[-1] if open_calls else LOSS)
+
+        start = compat.next_sequence_nr()
+        try:
+            with module_hooks(step.model, pre, post, names):
+                step.forward(eager=True)
+        except Exception:  # noqa: BLE001 - not found: the phase alone is said
+            return ""
+        finally:
+            step.out = None
+        call = marks.call_of(start + compat.node_sequence_nr(nodes[-1]) - step.seq0)
+        module = calls[call] if call != LOSS else None
+        return "" if module is None else backward_of(names[module], type(module).__name__)
 
     def _between(self) -> None:
         self.step.clear()
