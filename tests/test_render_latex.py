@@ -511,3 +511,32 @@ def test_a_comparison_frame_of_the_users_own_gets_no_empty_caption() -> None:
     )
     out = export_comparison(df, "latex")
     assert "\\caption" not in out and "\\begin{tabular}" in out
+
+
+def test_a_bound_named_keeps_its_partner_and_the_median_they_bracket() -> None:
+    # priority=["latency_ci_high_ms"] dropped that bound with its unnamed partner, while the
+    # unnamed input shape and FLOPs stayed; naming both kept a CI without its median (a trial)
+    from modelprof.render.latex import _SAFETY, _column_widths_pt, _drop_until_fits, _font_pt
+
+    df = pd.DataFrame(
+        {
+            "model": ["resnet18", "mobilenet_v3_small"],
+            "input_shape": ["1x3x224x224", "1x3x224x224"],
+            "latency_median_ms": [55.4, 17.8],
+            "latency_ci_low_ms": [28.3, 4.67],
+            "latency_ci_high_ms": [609.0, 68.2],
+            "flops": [3.6e9, 1.2e8],
+        }
+    )
+    table = prepare_table(df, units="fixed")
+    widths = _column_widths_pt(table, _font_pt("small"))
+    # room for the model, the median and its two bounds (columns 0, 2, 3, 4) and no more
+    limit = (widths[0] + widths[2] + widths[3] + widths[4]) * _SAFETY
+    for priority in (["latency_ci_high_ms"], ["latency_ci_low_ms", "latency_ci_high_ms"]):
+        fitted = _drop_until_fits(table, limit, "small", priority)
+        assert fitted.columns == (
+            "model",
+            "latency_median_ms",
+            "latency_ci_low_ms",
+            "latency_ci_high_ms",
+        ), priority

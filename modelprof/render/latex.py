@@ -189,40 +189,48 @@ def _drop_until_fits(
 ) -> Table:
     """Drop columns until the estimate is within ``limit_pt``, never the first: the columns
     not in ``priority`` (most important first) go first, rightmost first; an interval's two
-    bounds together. Then each dropped column that fits in the room left comes back, the most
-    important first (a narrow one dropped before a wide one that had to go too)."""
+    bounds together, and with the median they bracket (a bound named keeps its partner and
+    median; a median dropped takes its interval along). Then each dropped column that fits in
+    the room left comes back, the most important first (a narrow one dropped before a wide one
+    that had to go too)."""
     keep = list(range(len(table.columns)))
     rank = {name: i for i, name in enumerate(priority)}
+    # what each column needs shown beside it: a bound its partner and the median it brackets
+    needs = [
+        {i} | {j for j, other in enumerate(table.columns) if other in _interval_of(name)}
+        for i, name in enumerate(table.columns)
+    ]
+    # what goes with a column dropped (and as important as it): the columns that need it
+    together = [{k for k, need in enumerate(needs) if i in need} for i in keep]
     # a stable sort: the unranked (rightmost first), then the ranked, least important first
     candidates = sorted(
-        reversed(keep[1:]), key=lambda i: rank.get(table.columns[i], len(priority)), reverse=True
+        reversed(keep[1:]),
+        key=lambda i: min(rank.get(table.columns[k], len(priority)) for k in together[i]),
+        reverse=True,
     )
     widths = _column_widths_pt(table, _font_pt(font_size))
 
     def fits(columns: list[int]) -> bool:
         return sum(widths[j] for j in columns) * _SAFETY <= limit_pt
 
-    def together(i: int) -> set[int]:  # an interval's bounds go together
-        partner = _interval_partner(table.columns[i])
-        return {i} | {j for j, name in enumerate(table.columns) if name == partner}
-
     for i in candidates:
         if fits(keep):
             break
-        keep = [j for j in keep if j not in together(i)]
+        keep = [j for j in keep if j not in together[i]]
     for i in reversed(candidates):
-        if i not in keep and fits(back := sorted({*keep, *together(i)})):
+        if i not in keep and fits(back := sorted({*keep, *needs[i]})):
             keep = back
     return _subset(table, keep)
 
 
-def _interval_partner(name: str) -> str | None:
-    """``latency_ci_low_ms`` -> ``latency_ci_high_ms`` and back; None for a column that is not
-    an interval's bound."""
+def _interval_of(name: str) -> tuple[str, ...]:
+    """A bound's partner and the median it brackets (``latency_ci_low_ms`` ->
+    ``latency_ci_high_ms``, ``latency_median_ms`` or ``latency_ms``; ``ttft_ci_low_ms`` ->
+    ``ttft_ms``); () for a column that is not an interval's bound."""
     for a, b in (("_ci_low", "_ci_high"), ("_ci_high", "_ci_low")):
         if a in name:
-            return name.replace(a, b)
-    return None
+            return name.replace(a, b), name.replace(a, "_median"), name.replace(a, "")
+    return ()
 
 
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
