@@ -124,6 +124,24 @@ def test_csv_has_raw_numbers_and_no_totals_row() -> None:
     assert "total" not in text
 
 
+def test_csv_says_where_a_reports_end_to_end_latency_is() -> None:
+    # the CSV holds rows only: a CSV-only user lost the headline latency Markdown and LaTeX
+    # print, silently (a trial); to_csv's doc names where it is
+    import modelprof
+
+    for doc in (modelprof.Report.to_csv.__doc__, modelprof.Report.to_dataframe.__doc__):
+        assert "end-to-end latency" in doc and "latency`" in doc
+
+
+def test_read_csv_reads_a_text_buffer() -> None:
+    # to_csv()'s text in a buffer was refused ("must be a file path"; a trial)
+    import io
+
+    df = _tricky(report_frame())
+    back = read_csv(io.StringIO(to_csv(df)))
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+
+
 def test_csv_round_trip_of_an_untimed_report() -> None:
     df = report_frame(timed=False)
     pd.testing.assert_frame_equal(read_csv(to_csv(df)), df, check_exact=True)

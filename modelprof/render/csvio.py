@@ -241,7 +241,9 @@ def _restore(value: str) -> str:
     suffix="csv",
     human=False,
     doc="CSV with raw numbers (no units, every column), read back exactly by "
-    "``modelprof.render.read_csv``.",
+    "``modelprof.render.read_csv``: the table's rows only, so a report's end-to-end latency "
+    "(its clean run's median, interval and n, which Markdown and LaTeX print) is not in it: "
+    "``report.latency``, or ``to_json``'s ``env['latency']``.",
 )
 def to_csv(
     df: pd.DataFrame,
@@ -253,9 +255,9 @@ def to_csv(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """The table as CSV, raw numbers (``totals``, ``end_to_end`` and ``env`` are not written),
-    a meaningful index (model names) as the first column. Returns the text or writes ``path``
-    and returns it."""
+    """The table as CSV, raw numbers (``totals``, ``end_to_end`` and ``env`` are not written:
+    a plain CSV reader would take them for rows), a meaningful index (model names) as the
+    first column. Returns the text or writes ``path`` and returns it."""
     check_read_by("csv", options)
     df = selected_frame(df, ViewOptions.parse(view, **options))
     out = _neutralise_text(with_index(df).copy())  # before the floats become text
@@ -274,11 +276,11 @@ def to_csv(
 
 
 def read_csv(
-    source: str | os.PathLike[str], *, dtypes: Mapping[str, str] | None = None
+    source: str | os.PathLike[str] | io.TextIOBase, *, dtypes: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    """Read a CSV written by :func:`to_csv` back into an equal DataFrame. ``source`` is a path
-    or the CSV text (a string with a newline); ``dtypes`` overrides named columns' dtypes
-    (``{"my_col": "float64"}``; ``"str"`` for text)."""
+    """Read a CSV written by :func:`to_csv` back into an equal DataFrame. ``source`` is a path,
+    the CSV text (a string with a newline) or a text buffer (``io.StringIO``, an open file);
+    ``dtypes`` overrides named columns' dtypes (``{"my_col": "float64"}``; ``"str"`` for text)."""
     if dtypes is not None and not (
         isinstance(dtypes, Mapping) and all(isinstance(v, str) for v in dtypes.values())
     ):
@@ -288,6 +290,8 @@ def read_csv(
     if isinstance(source, str) and "\n" in source:
         buffer: Any = io.StringIO(source)
         where = "CSV text"
+    elif isinstance(source, io.TextIOBase):  # to_csv()'s text in a buffer, an open file
+        buffer, where = source, "CSV buffer"
     else:
         buffer = where = checked_path("source", source)
         if not Path(buffer).is_file():

@@ -215,7 +215,8 @@ class Report(Exports):
         (``hfu`` for a training step) in :meth:`utilization`'s default convention; timed, also
         ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`, or a row read short:
         :func:`_short_own_rows`); a timed training step's ``backward_latency_rough``
-        (its instrumented backward disagrees with the clean one: ``training_step.agreement``)."""
+        (its instrumented backward disagrees with the clean one: ``training_step.agreement``).
+        The end-to-end latency (the clean run's) is no row: :attr:`latency`."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return self._torchstat_frame(None)
