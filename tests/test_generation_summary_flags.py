@@ -39,10 +39,10 @@ def test_the_markdown_summary_says_yes_no_or_nothing_in_every_stable_column():
     assert summary["ttft_stable"].tolist() == [True, True]
     assert summary["tpot_stable"].iloc[0] and summary["tpot_stable"].isna().iloc[1]
     md = str(report.to_markdown())
-    assert "True" not in md  # every stable cell: yes (or - where it cannot be judged)
+    assert "True" not in md  # every stable cell: yes (or n/a where it cannot be judged)
     header, _, first, second = md.split("## Summary\n\n")[1].splitlines()[:4]
     at = [c.strip() for c in header.split("|")].index("tpot stable")
-    assert [[c.strip() for c in row.split("|")][at] for row in (first, second)] == ["yes", "-"]
+    assert [[c.strip() for c in row.split("|")][at] for row in (first, second)] == ["yes", "n/a"]
 
 
 def test_stable_flags_keep_true_false_and_cannot_judge():

@@ -47,12 +47,12 @@ def test_format_count_unit_and_decimals() -> None:
 
 
 @pytest.mark.parametrize("missing", [None, math.nan, float("nan")])
-def test_missing_values_print_a_dash(missing: object) -> None:
-    assert format_count(missing) == "-"  # type: ignore[arg-type]
-    assert format_bytes(missing) == "-"  # type: ignore[arg-type]
-    assert format_time_ms(missing) == "-"  # type: ignore[arg-type]
-    assert format_percent(missing) == "-"  # type: ignore[arg-type]
-    assert format_rate(missing, "B/s") == "-"  # type: ignore[arg-type]
+def test_missing_values_print_n_a(missing: object) -> None:
+    assert format_count(missing) == "n/a"  # type: ignore[arg-type]
+    assert format_bytes(missing) == "n/a"  # type: ignore[arg-type]
+    assert format_time_ms(missing) == "n/a"  # type: ignore[arg-type]
+    assert format_percent(missing) == "n/a"  # type: ignore[arg-type]
+    assert format_rate(missing, "B/s") == "n/a"  # type: ignore[arg-type]
 
 
 def test_non_numbers_are_an_error_naming_the_value() -> None:
@@ -106,6 +106,10 @@ def test_format_percent() -> None:
     assert format_percent(12.4816) == "12.48%"
     assert format_percent(100) == "100.00%"
     assert format_percent(0.5, decimals=1) == "0.5%"
+    # a share that rounds to 0.00 is no true zero (fc's 0.0031 % read "0.00%"; a trial), as
+    # to_latex's and the fixed units' "<0.01" say
+    assert format_percent(0.0031) == "<0.01%" and format_percent(-0.0031) == "-<0.01%"
+    assert format_percent(0) == "0.00%" and format_percent(0.03, decimals=1) == "<0.1%"
 
 
 def test_pick_scale() -> None:
@@ -128,8 +132,8 @@ def test_pick_scale() -> None:
         (12.5, "12.50×"),
         (150.2, "150×"),
         (0, "0×"),
-        (None, "-"),
-        (float("nan"), "-"),
+        (None, "n/a"),
+        (float("nan"), "n/a"),
     ],
 )
 def test_format_multiple_keeps_three_significant_figures(value, text) -> None:

@@ -310,6 +310,26 @@ def test_torchstat_view_headers_and_no_derived_totals() -> None:
     assert t.cells[0][10] == "3.67 MiB" and t.cells[0][9] == "12.48%"
 
 
+def test_a_missing_value_reads_n_a_in_every_column() -> None:
+    # one run per model (repeat=1) and a failed model: the ratio read "-", its interval "n/a",
+    # the latency's interval "~n/a" and the rank "-" in one row (a trial); README: "n/a"
+    cmp = pd.DataFrame(
+        {
+            "latency_median_ms": [0.0571, np.nan],
+            "latency_ci_low_ms": [np.nan, np.nan],
+            "latency_ci_high_ms": [np.nan, np.nan],
+            "latency_x": [np.nan, np.nan],
+            "latency_x_ci_low": [np.nan, np.nan],
+            "rank": pd.array([pd.NA, pd.NA], dtype="Int64"),
+            "latency_rough": [True, None],
+        },
+        index=pd.Index(["a", "bad"], name="model"),
+    )
+    t = prepare_table(cmp, columns=[c for c in cmp.columns if c != "latency_rough"])
+    assert t.cells[0][1] == "~57.1 µs"  # 0.0571 ms, rough: one run
+    assert t.cells[0][2:] == ("n/a",) * 5 and t.cells[1][1:] == ("n/a",) * 6
+
+
 def test_a_named_index_becomes_the_first_column() -> None:
     cmp = pd.DataFrame(
         {"params": [11_689_512, 5_483_032], "latency_ms": [3.1, np.nan]},
@@ -317,7 +337,7 @@ def test_a_named_index_becomes_the_first_column() -> None:
     )
     t = prepare_table(cmp)
     assert t.columns == ("model", "params", "latency_ms")
-    assert t.cells == (("resnet18", "11.69 M", "3.10 ms"), ("mobilenet_v3_large", "5.48 M", "-"))
+    assert t.cells == (("resnet18", "11.69 M", "3.10 ms"), ("mobilenet_v3_large", "5.48 M", "n/a"))
     assert t.totals is None
 
 

@@ -9,7 +9,8 @@
 - Multiples (ratios to a baseline): 3 significant figures, at least 2 decimals (``1.00×``,
   ``0.0328×``, ``150×``).
 
-Every formatter returns ``"-"`` for a missing value (``None`` or NaN).
+Every formatter returns ``"n/a"`` for a missing value (``None`` or NaN): not measured (a failed
+model), or no figure to state (an interval of one block, a rank withheld), one spelling for all.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = [
     "pick_scale",
 ]
 
-MISSING = "-"
+MISSING = "n/a"
 """What every formatter prints for ``None`` or NaN."""
 
 SI_PREFIXES: tuple[tuple[float, str], ...] = tuple(
@@ -111,10 +112,13 @@ def format_time_ms(ms: float | int | None) -> str:
 
 
 def format_percent(percent: float | int | None, *, decimals: int = 2) -> str:
-    """A value already in percent: ``12.4816 -> "12.48%"``."""
+    """A value already in percent: ``12.4816 -> "12.48%"``, ``0.0031 -> "<0.01%"``."""
     if _missing(percent):
         return MISSING
-    return f"{float(percent):.{decimals}f}%"  # type: ignore[arg-type]
+    text = f"{float(percent):.{decimals}f}"  # type: ignore[arg-type]
+    if float(text) == 0 and percent != 0:  # 0.0031 %: "<0.01%", not a true zero's "0.00%"
+        text = ("<" if percent > 0 else "-<") + f"{10.0**-decimals:.{decimals}f}"  # type: ignore
+    return f"{text}%"
 
 
 def format_multiple(ratio: float | int | None) -> str:

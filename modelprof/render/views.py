@@ -380,10 +380,6 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-UNDEFINED = "n/a"
-"""A human-readable undefined interval bound (one block or round); ``-`` is not measured."""
-
-
 def _missing_as(text: str, fmt: Callable[[Any], str]) -> Callable[[Any], str]:
     def cell(v: Any) -> str:
         return text if _is_missing(v) else fmt(v)
@@ -658,8 +654,6 @@ def _formatters(
             values = [v for n in family for v in shown[n]]
             values += [e[n] for n in family for e in extras if e is not None and n in e]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
-        if units != "raw" and ("_ci_low" in name or "_ci_high" in name):  # an interval bound
-            fmt = _missing_as(UNDEFINED, fmt)
         headers.append(header)
         formatters.append(fmt)
     return headers, formatters
