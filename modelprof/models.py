@@ -30,6 +30,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.archive import check_pt2_file, inspect_pt2
 from modelprof.runtime.exported import arranged, exported_layers, input_names
 from modelprof.runtime.names import factory_name
+from modelprof.runtime.tensors import brief
 
 __all__ = [
     "DEFAULT_INPUT_SIZE",
@@ -95,7 +96,9 @@ def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str
 def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
     """Like :func:`load_model`, with the inputs a ``.pt2`` archive recorded."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ModelProfError(f"model spec {spec!r} must be a non-empty string such as 'resnet18'")
+        raise ModelProfError(
+            f"model spec {brief(spec)} must be a non-empty string such as 'resnet18'"
+        )
     spec = spec.strip()
     prefix, _, rest = spec.partition(":")
     if prefix == "torchvision" and rest:

@@ -130,6 +130,20 @@ def test_bad_entry_is_named(grid: dict, words: list[str]) -> None:
         assert word in str(info.value)
 
 
+def test_a_module_or_tensor_given_is_named_by_its_class_not_its_repr() -> None:
+    # sweep({"models": [MyNet()]}) quoted the module's whole repr (828 characters; a trial)
+    # before "must be a name such as 'resnet18'"
+    net = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(20)])
+    for grid, words in (
+        ({"models": [net]}, "model <Sequential module> must be a name such as 'resnet18'"),
+        ({"models": ["alexnet"], "options": {"loss_fn": net}}, "loss_fn=<Sequential module>"),
+        ({"models": ["alexnet"], "options": {"warmup": torch.ones(300)}}, "Tensor[300, float32]"),
+    ):
+        with pytest.raises(ModelProfError) as info:
+            expand_grids([grid], origin="s.toml", options=profile_keywords())
+        assert words in str(info.value) and "Linear(in_features" not in str(info.value)
+
+
 def test_bad_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(ModelProfError, match="does not exist"):
         load_sweep(tmp_path / "missing.toml")

@@ -20,6 +20,7 @@ from typing import Any
 from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.runtime.names import factory_name
+from modelprof.runtime.tensors import brief
 from modelprof.step.spec import functional_losses
 
 __all__ = ["MODES", "STEP_OPTIONS", "SweepConfig", "expand_grids", "load_sweep"]
@@ -256,7 +257,7 @@ def _axis(grid: Mapping[str, Any], many: str, one: str, where: str) -> list[Any]
 def _model(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ModelProfError(
-            f"{where}: model {value!r} must be a name such as 'resnet18', "
+            f"{where}: model {brief(value)} must be a name such as 'resnet18', "
             "'timm:NAME' or 'file.py:factory'"
         )
     name = value.strip()
@@ -287,25 +288,25 @@ def _dtype(value: Any, where: str) -> str:
     key = value.lower().removeprefix("torch.") if isinstance(value, str) else None
     if key not in DTYPE_NAMES:
         raise ModelProfError(
-            f"{where}: dtype {value!r} is not one of {', '.join(sorted(DTYPE_NAMES))}"
+            f"{where}: dtype {brief(value)} is not one of {', '.join(sorted(DTYPE_NAMES))}"
         )
     return str(DTYPE_NAMES[key]).removeprefix("torch.")
 
 
 def _mode(value: Any, where: str) -> str:
     if value not in MODES:
-        raise ModelProfError(f"{where}: mode {value!r} is not one of {', '.join(MODES)}")
+        raise ModelProfError(f"{where}: mode {brief(value)} is not one of {', '.join(MODES)}")
     return str(value)
 
 
 def _device(value: Any, timing: bool, where: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|meta)(:\d+)?", value):
         raise ModelProfError(
-            f"{where}: device {value!r} must be 'cpu', 'cuda', 'cuda:N' "
+            f"{where}: device {brief(value)} must be 'cpu', 'cuda', 'cuda:N' "
             "(or 'meta' for counting only)"
         )
     if timing and value.startswith("meta"):
-        raise ModelProfError(f"{where}: timing=true needs a real device, not {value!r}")
+        raise ModelProfError(f"{where}: timing=true needs a real device, not {brief(value)}")
     return value
 
 
@@ -325,7 +326,7 @@ def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
     )
     if not ok:
         raise ModelProfError(
-            f"{where}: input_size {value!r} must be a shape without the batch "
+            f"{where}: input_size {brief(value)} must be a shape without the batch "
             "such as [3, 224, 224], or a list of such shapes"
         )
     return _tupleify(value)
@@ -340,7 +341,7 @@ _RESERVED = (
 def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
     if not isinstance(value, Mapping):
         raise ModelProfError(
-            f"{where}: options {value!r} must be a table/dict of profile() "
+            f"{where}: options {brief(value)} must be a table/dict of profile() "
             "keywords such as {budget_s = 1}"
         )
     value = {k: _loss_name(v, where) if k == "loss_fn" else v for k, v in value.items()}
@@ -357,7 +358,7 @@ def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tup
             )
         if not _plain(v):
             raise ModelProfError(
-                f"{where}: options.{name}={v!r} is not a plain value "
+                f"{where}: options.{name}={brief(v)} is not a plain value "
                 "(a number, string, bool, or a list of them)"
             )
     return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
@@ -372,7 +373,7 @@ def _loss_name(value: Any, where: str) -> Any:
         if value is fn:
             return name
     raise ModelProfError(
-        f"{where}: options.loss_fn={value!r} cannot be swept: a sweep's configurations are "
+        f"{where}: options.loss_fn={brief(value)} cannot be swept: a sweep's configurations are "
         "plain values, written into its result files and matched against them on a rerun (what "
         "resumes it), and a function cannot be written there. Name a torch.nn.functional loss "
         "of the output and a target (loss_fn='cross_entropy', or the function itself: "

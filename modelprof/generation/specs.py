@@ -20,6 +20,7 @@ from torch import nn
 from modelprof.errors import ModelProfError, error_line, is_int
 from modelprof.generation.lm import is_config
 from modelprof.models import config_names_near, load_spec
+from modelprof.runtime.tensors import brief
 
 __all__ = ["check_counts", "load_language_model", "load_sized_model", "parse_overrides"]
 
@@ -209,7 +210,7 @@ def load_sized_model(
     which is fed token ids, and for a spec that records none."""
     if not isinstance(spec, str) or not spec.strip():
         raise ModelProfError(
-            f"SPEC {spec!r} must be a config class, a config.json or file.py:factory"
+            f"SPEC {brief(spec)} must be a config class, a config.json or file.py:factory"
         )
     spec = spec.strip()
     config = _config(spec)

@@ -22,6 +22,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import tf32_enabled
+from modelprof.runtime.tensors import brief
 
 __all__ = [
     "MachineShare",
@@ -175,7 +176,9 @@ def jsonable(value: Any, nonfinite: str = "null", where: str | None = None) -> A
         return None
     if where is None or isinstance(value, (torch.dtype, torch.device)):
         return str(value)
-    raise ModelProfError(f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON")
+    raise ModelProfError(
+        f"{where} = {brief(value)} ({type(value).__name__}) cannot be written as JSON"
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -166,12 +166,15 @@ def holds_tensors(obj: Any) -> bool:
 
 
 def brief(obj: Any, limit: int = 200) -> str:
-    """``repr(obj)`` for an error message, tensors as ``Tensor[2x128, int64]``, cut at ``limit``."""
+    """``repr(obj)`` for an error message, tensors as ``Tensor[2x128, int64]``, a module by its
+    class (``<MyNet module>``: its repr lists every layer), cut at ``limit``."""
 
     def show(o: Any) -> str:
         if isinstance(o, torch.Tensor):
             shape = "x".join(map(str, tensor_shape(o))) if o.dim() else "()"
             return f"Tensor[{shape}, {str(o.dtype).removeprefix('torch.')}]"
+        if isinstance(o, torch.nn.Module):
+            return f"<{type(o).__name__} module>"
         if isinstance(o, tuple) and hasattr(o, "_fields"):
             return f"{type(o).__name__}({', '.join(show(v) for v in o)})"
         if isinstance(o, (list, tuple)):
