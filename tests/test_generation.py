@@ -79,7 +79,7 @@ def test_gpt2_small_shape_prefill_and_decode_macs(layers=12):
 
 def test_kv_cache_bytes_gpt2_from_the_cache_objects():
     model = gpt2()
-    with pytest.warns(UserWarning, match=r"timing is off: budget_s=2 time nothing"):
+    with pytest.warns(UserWarning, match=r"timing=False, so budget_s=2 is ignored"):
         report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False, budget_s=2)
     kv = report.kv
     # 2 (K, V) x 2 layers x 4 heads x 16 head_dim x 4 bytes (float32) = 1024 bytes per token

@@ -353,11 +353,17 @@ def test_timing_options_are_validated():
 def test_timing_options_beside_timing_off_are_named_not_passed_in_silence():
     from modelprof import compare
 
-    # budget_s and clock time nothing without timing; amp still shapes the counted pass
-    with pytest.warns(UserWarning, match=r"timing is off: budget_s=1, clock='cpu' time") as w:
+    # budget_s and clock time nothing without timing; amp still shapes the counted pass. The
+    # warning read "timing is off: budget_s=1 time nothing here" (a trial): not English
+    with pytest.warns(
+        UserWarning, match=r"timing=False, so budget_s=1, clock='cpu' are ignored"
+    ) as w:
         profile(nn.Linear(4, 2), (4,), timing=False, budget_s=1, clock="cpu", amp=None)
     assert "amp" not in str(w[0].message)
-    with pytest.warns(UserWarning, match=r"timing is off: repeat=3 time nothing"):
+    with pytest.warns(
+        UserWarning,
+        match=r"timing=False, so repeat=3 is ignored \(timing options; nothing is timed\)",
+    ):
         compare([nn.Linear(4, 2), nn.Linear(4, 3)], (4,), timing=False, repeat=3)
     import warnings
 

@@ -118,7 +118,12 @@ def warn_unused_without_timing(kwargs: Mapping[str, Any]) -> None:
     unused = [k for k in kwargs if k in OPTION_NAMES and k not in _UNTIMED_OPTIONS]
     if unused:
         given = ", ".join(f"{k}={kwargs[k]!r}" for k in unused)
-        warn_user(f"modelprof: timing is off: {given} time nothing here", ModelProfWarning)
+        verb = "is" if len(unused) == 1 else "are"
+        warn_user(
+            f"modelprof: timing=False, so {given} {verb} ignored (timing options; nothing is "
+            "timed)",
+            ModelProfWarning,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
