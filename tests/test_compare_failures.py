@@ -52,6 +52,16 @@ def test_a_failing_model_keeps_the_others_table(timing):
         assert pd_isna(df.loc["bad", "rank"])
 
 
+def test_a_model_that_ran_shows_no_error_in_the_human_tables():
+    # the error column holds the failed model's message; a model that ran has none, blank (not
+    # "n/a", which every other missing cell reads: a reader took it for "error unknown")
+    df = compare({"a": nn.Linear(4, 4), "bad": _Boom()}, (4,), timing=False, warn=False)
+    for text in (df.render.to_markdown(), df.render.to_text()):
+        ran = next(line for line in text.splitlines() if line.lstrip("| ").startswith("a "))
+        assert "n/a" not in ran and "boom" not in ran
+        assert "RuntimeError: boom" in text
+
+
 @pytest.mark.parametrize("timing", [False, True])
 def test_a_failed_models_row_stays_whole_and_reads_back_from_csv(timing):
     # a newcomer's table printed params 2542856.0 beside a failed model, and its CSV read back

@@ -654,6 +654,8 @@ def _formatters(
             values = [v for n in family for v in shown[n]]
             values += [e[n] for n in family for e in extras if e is not None and n in e]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
+        if name == "error" and units != "raw":  # a model that ran: no error, not "n/a"
+            fmt = _missing_as("", fmt)
         headers.append(header)
         formatters.append(fmt)
     return headers, formatters
