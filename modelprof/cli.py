@@ -8,8 +8,9 @@
     torchrun --standalone --nproc_per_node=2 -m modelprof sweep vision.toml --out vision_sweep
     modelprof fit LlamaConfig:hidden_size=8192,num_hidden_layers=80 --target "H100 SXM"
 
-Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr), 1
-anything unexpected (a bug: with its traceback). Subcommands import what they run inside the
+Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` refusing what was typed (one
+line on stderr), 1 a model whose run failed (as compare and sweep keep going past it) or anything
+unexpected (a bug: with its traceback). Subcommands import what they run inside the
 function that runs it, so that ``--help`` and ``--version`` answer without loading torch.
 """
 
@@ -827,15 +828,16 @@ def _run_profile(ctx: _Context) -> None:
         given_as = "given" if named is not None else "recorded"
         shapes = f"{given_as} inputs" if given else _shape_text(size)
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
-    try:
-        report = profile(
-            model if loaded.program is None else loaded.program,  # (timed as it runs: flat)
-            None if given else size,
-            **given,
-            **ctx.run_options(named),
-        )
-    except ModelProfError as e:
-        raise _cli_batch_hint(e, ctx) from e.__cause__
+    with _model_run():
+        try:
+            report = profile(
+                model if loaded.program is None else loaded.program,  # (timed as it runs: flat)
+                None if given else size,
+                **given,
+                **ctx.run_options(named),
+            )
+        except ModelProfError as e:
+            raise _cli_batch_hint(e, ctx) from e.__cause__
     report.model_name = name  # the name asked for (resnet50), not the class (ResNet)
     depth = {} if args.depth is None else {"depth": args.depth}
     view: dict[str, Any] = {"style": args.style, **depth}
@@ -1014,7 +1016,22 @@ def _failed_status(df: Any) -> int | None:
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def _run_throughput(ctx: _Context) -> None:
+@contextlib.contextmanager
+def _model_run() -> Iterator[None]:
+    """A model's run: an error its code (or torch's) raised is a failed model, exit status 1 as
+    a comparison's or a sweep's failed row; modelprof's own refusal of what was typed stays 2
+    (its cause, if any, one it made and never raised: an input beyond memory)."""
+    try:
+        yield
+    except ModelProfError as e:
+        cause = e.__cause__
+        while isinstance(cause, ModelProfError):
+            cause = cause.__cause__
+        e.model_failed = cause is not None and cause.__traceback__ is not None
+        raise
+
+
+def _run_throughput(ctx: _Context) -> int | None:
     from modelprof.render import to_markdown
     from modelprof.render.options import ViewOptions
     from modelprof.report.plots import plot_throughput
@@ -1027,25 +1044,29 @@ def _run_throughput(ctx: _Context) -> None:
     if args.optimizer is not None and not args.backward:  # before any model is built
         raise ModelProfError("--optimizer needs --backward (it times a training step)")
     steps = " (whole training steps)" if args.backward else ""
-    for spec in args.models:
-        model, name, size = ctx.load(spec)
-        result = measure_throughput(
-            model,
-            size,
-            tokens=ctx.tokens,
-            device=ctx.device,
-            dtype=ctx.dtype,
-            progress=ctx.progress,
-            on_point=ctx.step_lines(
-                lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
-            ),
-            measure=(
-                step_measure(size, StepSpec.parse(optimizer=args.optimizer), tokens=ctx.tokens)
-                if args.backward
-                else None
-            ),
-            **options,
-        )
+    step = StepSpec.parse(optimizer=args.optimizer) if args.backward else None
+    loaded = [(spec, *ctx.load(spec)) for spec in args.models]  # a typo costs no search
+    failed = []
+    for spec, model, name, size in loaded:
+        try:
+            result = measure_throughput(
+                model,
+                size,
+                tokens=ctx.tokens,
+                device=ctx.device,
+                dtype=ctx.dtype,
+                progress=ctx.progress,
+                on_point=ctx.step_lines(
+                    lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
+                ),
+                measure=None if step is None else step_measure(size, step, tokens=ctx.tokens),
+                **options,
+            )
+        except ModelProfError as e:  # the others go on, as compare's do
+            warn_user(f"{spec} failed, no throughput measured: {e}", ModelProfWarning)
+            print(f"# {spec}  failed (the warning on stderr says why)\n", file=ctx.stdout)
+            failed.append(spec)
+            continue
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
@@ -1070,6 +1091,7 @@ def _run_throughput(ctx: _Context) -> None:
                 lambda f, p: result.export(f, p, view=named),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )
+    return 1 if failed else None  # a run with a failed model failed, after the others
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
@@ -1574,9 +1596,9 @@ def _refuse_unknown(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 a bug or
-    a run that failed in part: a sweep with failed configurations, a comparison with a failed
-    model)."""
+    """Run the command line; return the exit status (0 ok, 2 a usage error or a ModelProfError
+    refusing what was typed, 1 a bug or a model's run that failed: profile's, a sweep's failed
+    configuration, a comparison's or throughput's failed model, the others done)."""
     parser = build_parser()
     stdout, stderr = sys.stdout, sys.stderr
     try:
@@ -1604,7 +1626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
     except ModelProfError as e:
         print(f"{PROG}: error: {words(str(e))}", file=stderr)
-        return 2
+        return 1 if getattr(e, "model_failed", False) else 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)
         return 130

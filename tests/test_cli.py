@@ -54,7 +54,7 @@ def test_a_model_file_without_input_size_is_said_to_run_on_the_default(
         f"modelprof: note: {f} sets no INPUT_SIZE: its input is taken as 3x224x224 "
         "(--input-size gives another)\n"
     )
-    assert main(["profile", f"{f}:make", "--no-timing"]) == 2
+    assert main(["profile", f"{f}:make", "--no-timing"]) == 1  # the model failed to run
     err = capsys.readouterr().err
     assert err.startswith(note) and "Inputs were 1x3x224x224" in err
     # given a size (or inputs), nothing to note: 16 * 8 = 128 MACs
@@ -322,8 +322,9 @@ def test_cuda_without_cuda(capsys: pytest.CaptureFixture) -> None:
     assert "CUDA is not available" in capsys.readouterr().err
 
 
-def test_model_errors_exit_2(nets: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{nets}:broken", "--no-timing"]) == 2  # Linear(11, ..) on 10
+def test_a_model_that_fails_to_run_exits_1(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # (1, as a comparison's or a sweep's failed model; 2 is what was typed wrong)
+    assert main(["profile", f"{nets}:broken", "--no-timing"]) == 1  # Linear(11, ..) on 10
     err = capsys.readouterr().err
     assert err.startswith("modelprof: error:") and "Traceback" not in err
 
@@ -332,12 +333,12 @@ def test_a_failed_run_leaves_no_empty_out_behind(nets: Path, tmp_path: Path) -> 
     # --out is made before the work (a bad one fails at once); a run that then fails removes
     # the folders it made while they are empty, and never one that was there or holds a file
     out = tmp_path / "new" / "deeper"
-    assert main(["profile", f"{nets}:broken", "--no-timing", "--out", str(out)]) == 2
+    assert main(["profile", f"{nets}:broken", "--no-timing", "--out", str(out)]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nets.py"]
     kept = tmp_path / "kept"
     (kept / "deeper").mkdir(parents=True)
     (kept / "file.txt").write_text("mine")
-    assert main(["profile", f"{nets}:broken", "--out", str(kept / "deeper" / "x")]) == 2
+    assert main(["profile", f"{nets}:broken", "--out", str(kept / "deeper" / "x")]) == 1
     assert sorted(p.name for p in kept.iterdir()) == ["deeper", "file.txt"]
     assert list((kept / "deeper").iterdir()) == []  # there before the run: stays
 

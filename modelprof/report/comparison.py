@@ -81,9 +81,11 @@ def warn_failed(failed: Mapping[str, str]) -> None:
 def every_model_failed(failed: Mapping[str, str]) -> ModelProfError:
     """The error of a comparison no model of which ran: each one's, without the ``candidate
     'name': `` its row's error starts with where the interleaved timing said it."""
-    return ModelProfError(
+    error = ModelProfError(
         "every model failed: "
         + "; ".join(
             f"model {n!r}: {e.removeprefix(f'candidate {n!r}: ')}" for n, e in failed.items()
         )
     )
+    error.model_failed = True  # the command line's exit status 1, as where some model ran
+    return error

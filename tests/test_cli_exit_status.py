@@ -1,0 +1,47 @@
+"""The command line's exit status and its failed models, as a shell-only user reads them: 2 for
+what was typed wrong, 1 for a model that failed to run, the others done (a trial of the
+``modelprof`` command alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import MLP_NETS
+
+from modelprof.cli import main
+
+
+@pytest.fixture
+def nets(tmp_path: Path) -> Path:
+    """``narrow`` runs on its (10,) input; ``broken`` (a Linear(11, 40)) fails on it."""
+    f = tmp_path / "nets.py"
+    f.write_text(MLP_NETS)
+    return f
+
+
+def test_throughput_goes_past_a_failed_model_naming_its_model_word(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # it stopped at the first failed model, named by its class, wrote nothing and exited 2
+    out = tmp_path / "out"
+    argv = [f"{nets}:broken", f"{nets}:narrow", "--max-batch", "1", "--budget", "0.02"]
+    code = main(["throughput", *argv, "--out", str(out), "--format", "csv"])
+    stdout, err = capsys.readouterr()
+    assert code == 1  # a model failed to run; the other's curve is written
+    assert f"{nets}:broken failed, no throughput measured: the forward pass failed" in err
+    assert f"# {nets}:broken  failed" in stdout and "# nets_narrow" in stdout
+    assert [p.name for p in out.iterdir()] == ["nets_narrow_throughput.csv"]
+
+
+def test_a_model_that_fails_to_run_exits_1_a_refused_flag_2(
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # profile and an all-failed compare exited 2, the usage error's status, where a partly
+    # failed compare or sweep exits 1
+    assert main(["profile", f"{nets}:broken", "--no-timing"]) == 1
+    assert main(["compare", f"{nets}:broken", "--no-timing"]) == 1
+    assert "every model failed" in capsys.readouterr().err
+    # what was typed wrong stays a usage error: a model name, a flag combination
+    assert main(["profile", "resnet1", "--no-timing"]) == 2
+    assert main(["profile", f"{nets}:narrow", "--dtype", "float64", "--amp", "bf16"]) == 2
