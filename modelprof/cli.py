@@ -815,7 +815,7 @@ def _run_profile(ctx: _Context) -> None:
     args = ctx.args
     if args.depth is not None and args.depth < 0:
         raise ModelProfError(f"--depth {args.depth} must be >= 0")
-    columns = _columns_arg(args.columns)  # before the run: a typo costs no profile
+    columns = _columns_arg(args.columns, args)  # before the run: a typo costs no profile
     loaded = ctx.load_spec(args.model)
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
@@ -860,9 +860,15 @@ def _run_profile(ctx: _Context) -> None:
     )
 
 
-def _columns_arg(text: str | None) -> Any:
+#: the column groups (``modelprof.columns``) a training step fills, and those a timed run does
+_STEP_GROUPS = ("step", "step_timing", "backward_comm")
+_TIMED_GROUPS = ("timing", "step_timing", "kernels", "roofline", "utilization")
+
+
+def _columns_arg(text: str | None, args: Any) -> Any:
     """``--columns``: ``all``, declared column names (empty items skipped; refused by name
-    before anything runs) or None: not given, or ``compact``, the default."""
+    before anything runs, as is one the flags given leave unfilled, naming the flag) or None:
+    not given, or ``compact``, the default."""
     if text is None:
         return None
     import modelprof.columns as registry
@@ -877,6 +883,13 @@ def _columns_arg(text: str | None) -> Any:
             f"--columns {text!r}: unknown column(s) {unknown}{near}; names as in the CSV's header "
             "(module,params,macs,latency_ms,...), all or compact"
         )
+    for groups, unset, flag in (
+        (_STEP_GROUPS, not args.backward, "a training step's: add --backward"),
+        (_TIMED_GROUPS, args.no_timing, "measured: drop --no-timing"),
+    ):
+        unfilled = [c for c in names if registry.column(c).group in groups]
+        if unset and unfilled:
+            raise ModelProfError(f"--columns {text!r}: column(s) {unfilled} are {flag}")
     return names
 
 

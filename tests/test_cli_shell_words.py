@@ -1,0 +1,31 @@
+"""What the command line says to a user of the ``modelprof`` command alone: its flags and the
+MODEL words typed, never a Python keyword or class the shell cannot reach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import MLP_NETS
+
+from modelprof.cli import main
+
+
+@pytest.fixture
+def nets(tmp_path: Path) -> Path:
+    f = tmp_path / "nets.py"
+    f.write_text(MLP_NETS)
+    return f
+
+
+def test_a_column_its_flags_leave_unfilled_names_the_flag(
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # it said "unknown column(s)", listing the others, after the whole profile had run
+    argv = ["profile", f"{nets}:narrow", "--no-timing", "--columns"]
+    assert main([*argv, "module,saved_bytes"]) == 2
+    assert (
+        "column(s) ['saved_bytes'] are a training step's: add --backward" in capsys.readouterr().err
+    )
+    assert main([*argv, "module,latency_ms", "--backward"]) == 2
+    assert "column(s) ['latency_ms'] are measured: drop --no-timing" in capsys.readouterr().err
