@@ -1528,6 +1528,13 @@ _OPTION_WORDS = (
     (re.compile(r"\b(device|target|baseline)='([^']*)'"), _flag_words),
     (re.compile(r"\bdtype='([^']*)'"), r"--dtype \1"),
     (re.compile(r"\bmemory_bytes="), "--memory"),
+    (  # generate's: the command line builds no step= of its own
+        re.compile(
+            r"\bmodel=(\w+)( is not a HuggingFace causal LM \(no config/generate\)); pass step=.*"
+        ),
+        r"\1\2: generate takes a transformers causal LM, a config SPEC "
+        r"(LlamaConfig:num_hidden_layers=2), a config.json or file.py:FACTORY building one",
+    ),
     (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
     (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),

@@ -29,3 +29,13 @@ def test_a_column_its_flags_leave_unfilled_names_the_flag(
     )
     assert main([*argv, "module,latency_ms", "--backward"]) == 2
     assert "column(s) ['latency_ms'] are measured: drop --no-timing" in capsys.readouterr().err
+
+
+def test_generate_on_a_model_no_causal_lm_names_what_generate_takes(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # it advised the Python API's step=lambda tokens, cache: ..., which no flag passes
+    assert main(["generate", "resnet18", "--device", "meta"]) == 2
+    err = capsys.readouterr().err
+    assert "ResNet is not a HuggingFace causal LM" in err and "step=" not in err
+    assert "generate takes a transformers causal LM, a config SPEC" in err
