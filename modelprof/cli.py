@@ -1127,20 +1127,21 @@ def _run_generate(ctx: _Context) -> None:
     _memory_flag(args.memory)
     model, name = load_language_model(args.specs[0], ctx.device, ctx.dtype)
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
-    report = profile_generation(
-        model,
-        args.prompt_len,
-        args.new_tokens,
-        _int_list_arg("--batch-size", args.batch_sizes),
-        cache=None if args.cache == "none" else args.cache,
-        contexts=_int_list_arg("--contexts", args.contexts),
-        timing=timing,
-        layer_timing=not args.no_layer_timing,
-        target=args.target,
-        progress=ctx.progress,
-        on_step=ctx.step_lines(str),
-        **ctx.timing_options(),
-    )
+    with _model_run():
+        report = profile_generation(
+            model,
+            args.prompt_len,
+            args.new_tokens,
+            _int_list_arg("--batch-size", args.batch_sizes),
+            cache=None if args.cache == "none" else args.cache,
+            contexts=_int_list_arg("--contexts", args.contexts),
+            timing=timing,
+            layer_timing=not args.no_layer_timing,
+            target=args.target,
+            progress=ctx.progress,
+            on_step=ctx.step_lines(str),
+            **ctx.timing_options(),
+        )
     print(report, file=ctx.stdout)
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
@@ -1465,7 +1466,8 @@ def _run_fit(ctx: _Context) -> None:
     )
     try:
         given = a.fit_input_size if a.fit_input_size is not None else size
-        report = fit(model, input_size=given, **options)
+        with _model_run():
+            report = fit(model, input_size=given, **options)
     except ModelProfError as e:
         # the spec's own size, not asked for: its forward failing there leaves weights and states
         if a.fit_input_size is not None or not getattr(e, "forward_failed", False):
@@ -1475,7 +1477,8 @@ def _run_fit(ctx: _Context) -> None:
             f"not a --input-size given): profile on meta refused it: {e.forward_failed}",
             ModelProfWarning,
         )
-        report = fit(model, **options)
+        with _model_run():
+            report = fit(model, **options)
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
         # named as generate names its files (a file's factory by file and name, as profile does)
@@ -1539,7 +1542,7 @@ _OPTION_WORDS = (
     (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),
     (re.compile(r"\bpass backward=False\b"), "drop --backward"),
-    (re.compile(r"\binput_size=, batch excluded"), "--input-size, batch excluded"),
+    (re.compile(r"\binput_size=(?=, batch excluded|[ ,:;)]|$)"), "--input-size"),
     (  # (a class or a factory: the Python API's alone)
         re.compile(
             r"\boptimizer='([^']*)'( is not a torch\.optim optimizer; use one of [^]]*\])?"

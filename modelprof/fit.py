@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
+from modelprof.counting.forward import TOKEN_IDS_ADVICE
 from modelprof.errors import (
     ModelProfError,
     ModelProfWarning,
@@ -671,11 +672,12 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
                 "backward=True).memory_estimate()"
             ) from e
         if spec.input_size is not None:  # activations asked for: refused as profile refuses
+            said = str(e).replace(TOKEN_IDS_ADVICE, _FIT_TOKEN_IDS)  # (fit takes no tokens=)
             refused = ModelProfError(
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "
-                f"activations with profile on meta, which refused it: {e}"
+                f"activations with profile on meta, which refused it: {said}"
             )
-            refused.forward_failed = str(e)  # (the command line's spec size: not asked for)
+            refused.forward_failed = said  # (the command line's spec size: not asked for)
             raise refused from e.__cause__
         counts.update(dict.fromkeys(_ACTIVATIONS, 0))
         counts["skipped"] = (
@@ -683,6 +685,14 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             f"{counts['fed']} ({error_line(e)})"
         )
     return counts
+
+
+#: fit's way to an Embedding's token ids: a transformers config (fed batch_size x context ids)
+_FIT_TOKEN_IDS = (
+    "fit feeds token ids to a model with a transformers config alone (a config SPEC, or a "
+    "factory's transformers model) and counts any other at input_size=, in floats: leave "
+    "input_size= out to count its weights and training state alone"
+)
 
 
 def _uncounted(model: nn.Module, config: Any) -> str:

@@ -39,3 +39,18 @@ def test_generate_on_a_model_no_causal_lm_names_what_generate_takes(
     err = capsys.readouterr().err
     assert "ResNet is not a HuggingFace causal LM" in err and "step=" not in err
     assert "generate takes a transformers causal LM, a config SPEC" in err
+
+
+def test_fit_on_a_token_id_model_outside_transformers_names_fits_own_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # it pointed to --tokens N (and Python's inputs=), which fit does not take
+    f = tmp_path / "ids.py"
+    f.write_text(
+        "from torch import nn\ndef build():\n    return nn.Sequential(nn.Embedding(100, 8))\n"
+    )
+    assert main(["fit", f"{f}:build", "--input-size", "16", "--inference-only"]) == 1
+    err = capsys.readouterr().err
+    assert "--tokens" not in err and "inputs=" not in err
+    assert "fit feeds token ids to a model with a transformers config alone" in err
+    assert "leave --input-size out to count its weights and training state alone" in err

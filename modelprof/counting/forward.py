@@ -32,7 +32,13 @@ from modelprof.runtime.inputs import ModelInputs, shape_as_inputs_hint, unread_k
 from modelprof.runtime.placement import refuse_valueless, runs_as_is
 from modelprof.runtime.tensors import iter_tensors, shape_str
 
-__all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
+__all__ = ["TOKEN_IDS_ADVICE", "StaticResult", "analyze", "counted_module", "meta_attention"]
+
+#: how an Embedding given floats is fed token ids (fit, which takes none of these, says its own)
+TOKEN_IDS_ADVICE = (
+    "for a language model pass inputs=modelprof.token_inputs(model, seq_len), "
+    "--tokens N on the command line, or tokens = N in a sweep's grid"
+)
 
 
 @dataclasses.dataclass
@@ -190,9 +196,7 @@ def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs, model: Any) 
     if not ids and (embeds or getattr(model, "main_input_name", None) == "input_ids"):
         return (
             f" ({'an Embedding' if embeds else type(model).__name__} takes integer token ids, "
-            "and every input here is floating point: "
-            "for a language model pass inputs=modelprof.token_inputs(model, seq_len), "
-            "--tokens N on the command line, or tokens = N in a sweep's grid)"
+            f"and every input here is floating point: {TOKEN_IDS_ADVICE})"
         )
     dense = [t for t in ids if t.numel() and t.layout == torch.strided]
     if embeds and isinstance(e, IndexError) and dense and inputs.device.type != "meta":
