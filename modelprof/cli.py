@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import functools
 import io
@@ -1334,7 +1335,8 @@ def _run_sweep(ctx: _Context) -> int:
     print(df[shown].to_string(index=False), file=ctx.stdout)
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
-        f"{' (see the error column)' if failed else ''}; {world} rank(s)"
+        + (f" (their errors: the error column of {out / 'sweep.csv'})" if failed else "")
+        + f"; {world} rank(s)"
         + (
             f"; {who}{len(earlier)} read back from an earlier run in {out} (--no-resume runs "
             "them again)"
@@ -1433,7 +1435,10 @@ def _add_fit_parser(sub: Any) -> None:
         "--out", type=Path, metavar="DIR", help="write the table into DIR (csv,md without --format)"
     )
     f.add_argument(
-        "--format", metavar="LIST", help="comma-separated formats to write (implies --out .)"
+        "--format",
+        metavar="LIST",
+        help=f"comma-separated formats to write: {','.join(f for f in FORMATS if f != 'png')} "
+        "(implies --out .)",  # (no png: fit draws no figure)
     )
     own = {k: v for k, v in _NO_COMMON.items() if k not in ("out", "format")}
     f.set_defaults(run=_run_fit, progress=False, **own)
@@ -1479,6 +1484,9 @@ def _run_fit(ctx: _Context) -> None:
         )
         with _model_run():
             report = fit(model, **options)
+    # the name its files have (the SPEC's), then the class counted: Llama (LlamaForCausalLM)
+    counted = f" ({report.model})" if report.model not in ("", name) else ""
+    report = dataclasses.replace(report, model=name + counted)
     print(report.to_text(), file=ctx.stdout)
     if ctx.out is not None:
         # named as generate names its files (a file's factory by file and name, as profile does)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import MLP_NETS
 
-from modelprof.cli import main
+from modelprof.cli import FORMATS, main
 
 
 @pytest.fixture
@@ -54,3 +54,20 @@ def test_fit_on_a_token_id_model_outside_transformers_names_fits_own_way(
     assert "--tokens" not in err and "inputs=" not in err
     assert "fit feeds token ids to a model with a transformers config alone" in err
     assert "leave --input-size out to count its weights and training state alone" in err
+
+
+def test_fit_says_the_model_typed_and_lists_its_formats(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # its head said the class (Sequential) where its files say the MODEL's name (nets_narrow);
+    # its --format help listed no format
+    f = tmp_path / "nets.py"
+    f.write_text(MLP_NETS)
+    argv = ["fit", f"{f}:narrow", "--memory", "1GB", "--out", str(tmp_path), "--format", "csv"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "; model nets_narrow (Sequential), " in out.splitlines()[0]
+    assert f"wrote {tmp_path / 'nets_narrow_fit.csv'}" in err
+    assert main(["fit", "--help"]) == 0
+    tables = ",".join(f for f in FORMATS if f != "png")  # fit draws no figure
+    assert f"formats to write: {tables} (implies" in " ".join(capsys.readouterr().out.split())
