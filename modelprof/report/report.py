@@ -969,6 +969,8 @@ class Report(Exports):
         if getattr(self.layer_timing, "gpu", False):  # kernel time: the busy share, not a sum
             covered = f"kernel time, the GPU busy {share} (timing_notes: launch-bound layers)"
         lines.append(f"per-layer rows: {covered}; {self._instrument_words()}")
+        if self.layer_timing is not None and not getattr(self.layer_timing, "gpu", False):
+            lines.append(_SHARE_NOTE)  # (a GPU's: of its kernel time, the root's 100 %)
         skip = None if agreement is None or agreement.agree else agreement.note()
         if skip is not None:
             lines.append(f"!! {skip}")
@@ -1055,6 +1057,14 @@ def loaded_probe_note(peaks: Any, used: Any) -> str:
         "and MBU judged against them is marked (efficiency_loaded, mfu_rough, mbu_rough); probe "
         "again on a quiet machine, or pass roofline=lookup_peaks(...)"
     )
+
+
+#: what the table's latency share is of, under it: a newcomer read the root row's 99.89 % as a
+#: loss (``layer_columns``: over the median corrected pass, timed from outside the model's call)
+_SHARE_NOTE = (
+    "note: latency share is a row's median over the median instrumented pass, timed from outside "
+    "the model's call: (root)'s falls short of 100 % by the pass's time outside its own stamps"
+)
 
 
 def _latency_caveats(m: Any) -> str:
