@@ -1046,9 +1046,6 @@ def _model_run() -> Iterator[None]:
 
 
 def _run_throughput(ctx: _Context) -> int | None:
-    from modelprof.render import to_markdown
-    from modelprof.render.options import ViewOptions
-    from modelprof.report.plots import plot_throughput
     from modelprof.step.spec import StepSpec
     from modelprof.step.throughput import step_measure
     from modelprof.timing import measure_throughput
@@ -1081,31 +1078,42 @@ def _run_throughput(ctx: _Context) -> int | None:
             print(f"# {spec}  failed (the warning on stderr says why)\n", file=ctx.stdout)
             failed.append(spec)
             continue
-        best, curve = result.best, result.to_dataframe()
-        print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
-        print(to_markdown(curve), file=ctx.stdout)
-        print(
-            f"\nbest: {best.samples_per_s:,.1f} samples/s over all its runs at batch size "
-            f"{best.batch_size}{steps}; "
-            f"{result.stop_explanation}\n",
-            file=ctx.stdout,
-        )
-        # a batch size out of line with a bigger one (its ~ cells); load and drift
-        for note in [*result.notes, *result.timing_notes]:
-            print(f"!! {note}\n", file=ctx.stdout)
-        if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
-            stem = f"{name}_throughput"
-            caption = f"{name} throughput, input {ctx.input_text(size)}{steps}"  # what a sample is
-            if result.timing_notes:
-                caption += "; timed on a loaded or changing machine (see the notes)"
-            # (each format reads its own of these; the result adds what ~ marks)
-            named = ViewOptions(caption=caption, title=caption)
-            ctx.write_formats(
-                stem,
-                lambda f, p: result.export(f, p, view=named),
-                [(stem, lambda: plot_throughput(curve, title=caption))],
-            )
+        _show_throughput(ctx, name, size, result, steps)
+    if failed:  # (every model failed: no empty --out left behind, as a failed run leaves none)
+        ctx.remove_unused_out()
     return 1 if failed else None  # a run with a failed model failed, after the others
+
+
+def _show_throughput(ctx: _Context, name: str, size: Any, result: Any, steps: str) -> None:
+    """One model's curve and best batch size printed, its notes, and its files written."""
+    from modelprof.render import to_markdown
+    from modelprof.render.options import ViewOptions
+    from modelprof.report.plots import plot_throughput
+
+    best, curve = result.best, result.to_dataframe()
+    print(f"# {name}  (input {ctx.input_text(size)})\n", file=ctx.stdout)
+    print(to_markdown(curve), file=ctx.stdout)
+    print(
+        f"\nbest: {best.samples_per_s:,.1f} samples/s over all its runs at batch size "
+        f"{best.batch_size}{steps}; "
+        f"{result.stop_explanation}\n",
+        file=ctx.stdout,
+    )
+    # a batch size out of line with a bigger one (its ~ cells); load and drift
+    for note in [*result.notes, *result.timing_notes]:
+        print(f"!! {note}\n", file=ctx.stdout)
+    if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
+        stem = f"{name}_throughput"
+        caption = f"{name} throughput, input {ctx.input_text(size)}{steps}"  # what a sample is
+        if result.timing_notes:
+            caption += "; timed on a loaded or changing machine (see the notes)"
+        # (each format reads its own of these; the result adds what ~ marks)
+        named = ViewOptions(caption=caption, title=caption)
+        ctx.write_formats(
+            stem,
+            lambda f, p: result.export(f, p, view=named),
+            [(stem, lambda: plot_throughput(curve, title=caption))],
+        )
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:

@@ -32,6 +32,10 @@ def test_throughput_goes_past_a_failed_model_naming_its_model_word(
     assert f"{nets}:broken failed, no throughput measured: the forward pass failed" in err
     assert f"# {nets}:broken  failed" in stdout and "# nets_narrow" in stdout
     assert [p.name for p in out.iterdir()] == ["nets_narrow_throughput.csv"]
+    # every model failed: the --out it made is left empty, so removed
+    empty = tmp_path / "empty"
+    argv = [f"{nets}:broken", "--max-batch", "1", "--out", str(empty), "--format", "csv"]
+    assert main(["throughput", *argv]) == 1 and not empty.exists()
 
 
 def test_a_model_that_fails_to_run_exits_1_a_refused_flag_2(
