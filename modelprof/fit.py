@@ -662,22 +662,17 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             counts["layer_saved"] = _layer_saved(step.rows)
             counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
-        if spec.input_size is not None and "takes integer token ids" in str(e):
+        if spec.input_size is not None and TOKEN_IDS_ADVICE in str(e):
             raise ModelProfError(
                 f"input_size={_shapes_text(spec.input_size)}: {type(model).__name__} takes "
-                "integer token ids, and fit feeds token ids (at context=) only to a model with "
-                "a transformers config; it cannot size this model's activations: leave "
-                "input_size= out for its weights and states, and count them with "
-                "modelprof.profile(model, inputs=modelprof.token_inputs(model, seq_len), "
-                "backward=True).memory_estimate()"
+                f"integer token ids: {_FIT_TOKEN_IDS}"
             ) from e
         if spec.input_size is not None:  # activations asked for: refused as profile refuses
-            said = str(e).replace(TOKEN_IDS_ADVICE, _FIT_TOKEN_IDS)  # (fit takes no tokens=)
             refused = ModelProfError(
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "
-                f"activations with profile on meta, which refused it: {said}"
+                f"activations with profile on meta, which refused it: {e}"
             )
-            refused.forward_failed = said  # (the command line's spec size: not asked for)
+            refused.forward_failed = str(e)  # (the command line's spec size: not asked for)
             raise refused from e.__cause__
         counts.update(dict.fromkeys(_ACTIVATIONS, 0))
         counts["skipped"] = (
@@ -690,8 +685,10 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
 #: fit's way to an Embedding's token ids: a transformers config (fed batch_size x context ids)
 _FIT_TOKEN_IDS = (
     "fit feeds token ids to a model with a transformers config alone (a config SPEC, or a "
-    "factory's transformers model) and counts any other at input_size=, in floats: leave "
-    "input_size= out to count its weights and training state alone"
+    "factory's transformers model) and counts any other at input_size=, in floats, so it "
+    "cannot size this model's activations: leave input_size= out to count its weights and "
+    "training state alone, and count its activations in Python, with memory_estimate() of a "
+    "training step's profile fed modelprof.token_inputs(model, seq_len)"
 )
 
 

@@ -1192,5 +1192,5 @@ def test_a_token_model_without_a_config_is_refused_naming_what_counts_it():
         fit(Tok(), input_size=(5,), dtype=torch.float32)
     said = str(caught.value)
     assert "Tok takes integer token ids" in said and "cannot size this model's" in said
-    assert "profile(model, inputs=modelprof.token_inputs(model, seq_len)" in said
+    assert "memory_estimate() of a training step's profile fed modelprof.token_inputs(" in said
     assert "pass inputs=" not in said
