@@ -407,6 +407,32 @@ def test_children_are_indented_under_their_parents_and_the_root_is_the_model() -
     assert [line.split(" & ")[0] for line in body][-2:] == ["(loss)", "(optimizer)"]
 
 
+class Recursive(nn.Module):
+    """Calls itself twice: its recursive calls are rows "(root) #2", "(root) #3"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, n: int = 2):
+        x = self.lin(x)
+        return self(x, n - 1) if n > 0 else x
+
+
+def test_a_recursive_call_of_the_root_is_labelled_and_nested_as_in_markdown() -> None:
+    r = profile(Recursive(), (4,), timing=False)
+    # Markdown: (root), lin, (root) #2 at depth 1; LaTeX names the first call by its class
+    # but its recursive call "(root) #2" as Markdown does, under the call that made it (it
+    # read "Recursive", unindented: a second root)
+    assert "| (root) #2 " in r.to_markdown(depth=1)
+    body = r.to_latex(depth=1, columns=["module", "flops"]).split(r"\midrule")[1]
+    assert [line.split(" & ")[0] for line in body.strip().splitlines()] == [
+        "Recursive",
+        r"\hspace{0.8em}lin",
+        r"\hspace{0.8em}(root) \#2",
+    ]
+
+
 def test_shapes_print_with_a_times_sign_in_cells_and_caption() -> None:
     text = to_latex(
         report_frame(),

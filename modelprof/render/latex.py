@@ -24,6 +24,7 @@ from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import (
     PAPER_COLUMNS,
+    ROOT_LABEL,
     Table,
     check_priority,
     default_priority,
@@ -284,7 +285,7 @@ def _paper_cells(table: Table) -> Table:
         )
         if at is not None and r < len(modules):
             label = row[at]
-            if modules[r] == "" and types:
+            if modules[r] == "" and types and label == ROOT_LABEL:  # not "(root) #2"
                 label = str(types[r])
             elif parents[r] and label.startswith(parents[r] + "."):
                 rest = label[len(parents[r]) + 1 :]
@@ -305,8 +306,9 @@ def _ancestry(table: Table) -> list[list[str]]:
     depths = frame["depth"] if "depth" in frame.columns else [None] * len(frame)
     for name, depth in zip(map(str, frame["module"]), depths):
         # a root starts a tree of its own (a generation's next phase), and so does a row at
-        # the root's depth beside it (a training step's (loss) and (optimizer))
-        if name == "" or depth == 0:
+        # the root's depth beside it (a training step's (loss) and (optimizer)); a recursive
+        # call of the root (depth > 0) sits under the call that made it
+        if depth == 0 or (name == "" and depth is None):
             above = []
         while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
             above.pop()
