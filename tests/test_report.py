@@ -37,6 +37,25 @@ def static():
     return profile(Net(), (3, 16, 16), timing=False)
 
 
+class Sink(nn.Module):
+    """Returns None: its Linear's output is no output of the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x):
+        self.lin(x)
+
+
+def test_totals_output_bytes_is_the_models_output_as_the_root_row_says(static):
+    # a model returning None outputs 0 B (the leaf sum read 1x6 float32 = 24 B)
+    assert profile(Sink(), (4,), timing=False).totals["output_bytes"] == 0
+    # Net returns 1x4 float32 = 16 B, its (root) row's; the leaf outputs sum to far more
+    # (conv, bn, relu: 8x16x16 floats = 8192 B each)
+    assert static.totals["output_bytes"] == static.rows[0].output_bytes == 16
+
+
 @pytest.mark.parametrize("style", ["modelprof", "torchstat"])
 def test_csv_and_json_read_back_into_the_same_dataframe(tmp_path, timed, static, style):
     for report in (timed, static):

@@ -349,9 +349,11 @@ def join_rows(
 
 def totals_of(rows: Sequence[Row], step: bool) -> dict[str, int]:
     """Sums over the leaf rows: each parameter, op and byte counted exactly once (a training
-    ``step``'s backward's too)."""
+    ``step``'s backward's too); but ``output_bytes`` is the model's output (the root's row: a
+    sum of every leaf's output means nothing, and the table's total leaves it blank)."""
     keys = ADDITIVE + (STEP_ADDITIVE if step else ())
     out = {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
+    out["output_bytes"] = sum(r.output_bytes for r in rows if r.depth == 0 and r.kind == "module")
     for k in comm_columns(rows, step):
         if registry.column(k).counted:
             out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
