@@ -15,7 +15,9 @@ transformers = pytest.importorskip("transformers")
 from helpers import tiny_llama as llama  # noqa: E402 - the 2-layer Llama every test here uses
 
 from modelprof import GenerationReport, ModelProfError, profile_generation
+from modelprof.counting.scope import CallRecord
 from modelprof.generation.cache import closed_form_kv_per_token
+from modelprof.generation.memory import activation_bytes
 
 
 def gpt2(
@@ -575,3 +577,12 @@ def test_a_static_caches_room_leaves_out_its_constant_bytes():
         "self-attention 16,384 bytes allocated (room for 16 tokens at the closed form's 1024 "
         "bytes/token), holding 7 tokens"
     )
+
+
+def test_a_leaf_of_views_only_holds_no_activation_of_its_own():
+    # a Linear leaf: 1x4 float32 in (16 B), 1x8 out (32 B); an nn.Flatten after it ran no op
+    # (a view of that output): 32 B in and out, the same tensor
+    lin = CallRecord(1, "lin", "Linear", 1, 1, 0, False, [(1, 4)], 16, 144, 36, output_bytes=32)
+    lin.ops["aten.addmm.default"] = 72
+    flat = CallRecord(2, "flat", "Flatten", 1, 1, 0, False, [(1, 8)], 32, 0, 0, output_bytes=32)
+    assert activation_bytes([lin, flat]) == 16 + 32  # the Linear's, not 32 + 32

@@ -230,6 +230,47 @@ def test_shared_parameters_and_repeated_calls():
     assert list(proj["read_bytes"]) == [608, 608]
 
 
+def _views_between() -> nn.Module:
+    """Conv2d(3, 4, 3) and Linear(36, 2) with four leaves between that run no op but views
+    (Flatten, Unflatten) or none (eval Dropout, Identity)."""
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.Flatten(),
+        nn.Dropout(0.1),
+        nn.Identity(),
+        nn.Unflatten(1, (4, 36)),
+        nn.Linear(36, 2),
+    ).eval()
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_leaf_of_views_only_reads_and_writes_nothing(device):
+    r = profile(_views_between(), (3, 8, 8), device=device, timing=False)
+    df = r.to_dataframe().set_index("module")
+    ts = r.to_dataframe(style="torchstat").set_index("module name")
+    for name in "1234":  # each was charged its 1x4x6x6 float32 = 576 B in and out
+        assert (df.loc[name, "read_bytes"], df.loc[name, "write_bytes"]) == (0, 0), name
+        assert df.loc[name, "output_bytes"] == 576, name  # it still returns the tensor
+        assert (ts.loc[name, "MemRead(B)"], ts.loc[name, "MemWrite(B)"]) == (0, 0), name
+    # conv reads 1x3x8x8 floats (768 B) + (108 + 4) params (448 B) = 1216, writes 576 B;
+    # Linear reads 576 B + (72 + 2) params (296 B) = 872, writes 1x4x2 floats = 32 B
+    assert (r.totals["read_bytes"], r.totals["write_bytes"]) == (1216 + 872, 576 + 32)
+    # no tensor of their own: saved for the backward (every leaf output) conv's and Linear's
+    # 576 + 32 = 608 B (not 5 x 576 + 32); activations: conv's 576 B beyond the inputs,
+    # Linear's 576 + 32 = 608 B (not Flatten's 576 + 576)
+    est = r.memory_estimate()
+    assert est.loc["saved for backward", "training_step"] == 608
+    assert est.loc["activations", "inference"] == 608
+
+
+def test_a_dropout_in_training_still_reads_and_writes():
+    # train mode: a mask drawn and multiplied in, ops that touch the tensor: the leaf rule,
+    # its 1x4 float32 input (16 B) read and output (16 B) written
+    r = profile(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)), (4,), training=True, timing=False)
+    row = r.to_dataframe().set_index("module").loc["1"]
+    assert (row["read_bytes"], row["write_bytes"]) == (16, 16)
+
+
 def test_outputs_of_every_kind_and_inputs_by_keyword():
     @dataclasses.dataclass
     class Out:

@@ -100,6 +100,13 @@ class CallRecord:
         return self.has_submodules
 
     @property
+    def only_aliases(self) -> bool:
+        """A leaf call that dispatched no op but views, or none (``nn.Identity``,
+        ``nn.Flatten``, an eval ``nn.Dropout``): its outputs alias its inputs, it moves no
+        bytes (a view is no entry of ``ops``; work done outside torch is no alias)."""
+        return not self.children and not self.ops and not self.outside
+
+    @property
     def key(self) -> tuple[str, int]:
         return (self.name, self.call)
 

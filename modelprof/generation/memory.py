@@ -76,8 +76,10 @@ def _widest_embedding(model: Any) -> int | None:
 
 
 def activation_bytes(records: list[Any]) -> int:
-    """The largest inputs + outputs of one leaf call (parameters not included)."""
-    return max((r.input_bytes + r.output_bytes for r in records if not r.children), default=0)
+    """The largest inputs + outputs of one leaf call (parameters not included; a leaf of
+    views only holds no tensor of its own: ``report.memory``)."""
+    leaves = (r for r in records if not r.children and not r.only_aliases)
+    return max((r.input_bytes + r.output_bytes for r in leaves), default=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,9 @@ the static pass saw (torchinfo's "estimated total size", itemised).
 Inference: parameters + buffers + inputs + the activations, taken as the largest working set of
 one leaf call (its inputs and outputs) beyond the model's inputs, which their own row holds
 (the first leaf fed tensors of the model's input shapes is taken to read them): a lower bound of
-the true peak. A training step adds the
+the true peak. A leaf of views only (``CallRecord.only_aliases``: an ``nn.Flatten``, an eval
+``nn.Dropout``) holds no tensor of its own: it counts in neither, nor in the leaf outputs below
+(its inputs and outputs are one tensor, another call's). A training step adds the
 gradients (of a profiled step, of the parameters it gave one; without a step, of every trainable
 parameter), the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
 tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
@@ -76,7 +78,7 @@ def memory_facts(
     params = list(model.parameters())
     trainable = [held(p) for p in params if p.requires_grad and id(p) not in ungraded]
     params = [held(p) for p in params]
-    leaves = [r for r in records if not r.children]
+    leaves = [r for r in records if not r.children and not r.only_aliases]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
     at = _inputs_reader(records)
     first = None if at is None else records[at]
@@ -109,7 +111,7 @@ def _inputs_reader(records: Sequence[Any]) -> int | None:
     root = next((r for r in records if r.parent is None), None)
     if root is None:
         return None
-    reads = (i for i, r in enumerate(records) if not r.children)
+    reads = (i for i, r in enumerate(records) if not r.children and not r.only_aliases)
     return next((i for i in reads if records[i].input_shapes == root.input_shapes), None)
 
 
@@ -129,7 +131,7 @@ def estimate_memory(
             "measured: tensors autograd saved (backward=True) beyond the model's inputs",
         )
         if saved_bytes is not None
-        else (facts.leaf_output_bytes, "estimated: every leaf call's output")
+        else (facts.leaf_output_bytes, "estimated: every leaf call's output, views' none")
     )
     if optimizer_state_bytes is not None:
         state, state_how = optimizer_state_bytes, "the profiled optimizer's state tensors"

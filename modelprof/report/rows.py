@@ -7,7 +7,8 @@ after its last child, and the collectives a call ran itself to a ``<call>.(commu
 to the totals.
 
 Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
-(torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
+(torchstat's MemRead/MemWrite), a leaf of views only (``nn.Flatten``) nothing; a ``(self)`` row
+reads and writes what its ops read and wrote.
 """
 
 from __future__ import annotations
@@ -236,9 +237,11 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
             ts_mine.append((r.flops - r.macs, r.madd))
             continue
         own.append(None)
-        # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
+        # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch; a
+        # call of views only (an nn.Flatten) touches no memory
         read = r.input_bytes + r.param_bytes + r.buffer_bytes
-        mine.append((r.params, r.macs, r.flops, r.madd, read, r.output_bytes))
+        read, write = (0, 0) if r.only_aliases else (read, r.output_bytes)
+        mine.append((r.params, r.macs, r.flops, r.madd, read, write))
         over = r.torchstat or {}
         ts_mine.append((over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd)))
     inc = subtree_sums(records, mine, _column_sums)
