@@ -271,6 +271,10 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert table["latency_x_rough"].tolist() == [False, True]
     assert table["cpu_work_x_rough"].tolist() == [False, True]  # the same time, read as CPU
     assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
+    # the table's interval is the per-round ratios' own, the warning's 1.084-1.464 below: the
+    # ratio 1.000 shows outside it (not one shifted to centre on 1.000, 0.860-1.162)
+    lo, hi = table.loc["cand", ["latency_x_ci_low", "latency_x_ci_high"]]
+    assert (round(lo, 3), round(hi, 3)) == (1.084, 1.464)
     assert table.attrs["rough_ratios"] == ["latency_x of cand", "cpu_work_x of cand"]
     assert any("latency_x of cand DISAGREES" in n for n in table.attrs["notes"])
     # the paper table says so: the flag column among the compact ones (before the rank), and
@@ -278,8 +282,8 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert compact_compare_columns(table)[-3:] == ["latency_x_rough", "cpu_work_x_rough", "rank"]
     latex = export_comparison(table, "latex")
     assert "latency\\_x of cand, cpu\\_work\\_x of cand" in latex and "not ranked" in latex
-    # and the rough ratio's own cells are marked (~ in Markdown), its interval's too (centred
-    # on the disputed ratio), the baseline's are not
+    # and the rough ratio's own cells are marked (~ in Markdown), its interval's too (which
+    # the disputed ratio lies outside), the baseline's are not
     md = export_comparison(
         table, "markdown", columns=["latency_x", "latency_x_ci_low"], standalone=False, caption=None
     )
@@ -494,7 +498,9 @@ def test_a_loaded_training_comparison_states_the_backward_cpu_work(monkeypatch, 
     checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None, attrs)
     cand = rows["cand"]
     assert cand["backward_cpu_work_median_ms"] == 50.0
-    assert (cand["backward_cpu_work_x"], cand["backward_cpu_work_x_ci_low"]) == (0.5, 0.5)
+    assert (cand["backward_cpu_work_x"], cand["backward_cpu_work_x_ci_low"]) == pytest.approx(
+        (0.5, 0.5)
+    )
     assert rows["base"]["backward_cpu_work_x"] == 1.0
     assert cand["backward_latency_x_rough"] and not cand.get("backward_cpu_work_x_rough")
     # the CPU work judged against its rounds where it is one thread's (thread_time) alone

@@ -54,11 +54,12 @@ def test_latency_x_interval_and_its_check_use_the_same_rounds():
 def test_position_pairing_would_give_another_interval():
     # what pairing by position gave: log ratios ln 2, 0, ln 2 (cand's round 2 against the
     # baseline's round 1); mean 0.462, sd 0.400, se = sqrt(2 * 0.160 / (3 * 2)) = 0.231,
-    # half = t(0.975, 2) 4.303 * 0.231 = 0.994: [2 e^-0.994, 2 e^0.994] = [0.740, 5.405]
+    # half = t(0.975, 2) 4.303 * 0.231 = 0.994, around e^0.462 = 1.587 (none trimmed of 3):
+    # [1.587 e^-0.994, 1.587 e^0.994] = [0.587, 4.290]
     cand, base = _pair()
     shifted = ratio_of_medians(cand.samples_ms, base.samples_ms, np.array(CAND_MS),
                                np.array(BASE_MS[:3]), 0.95)  # fmt: skip
-    assert shifted == pytest.approx((2.0, 0.740, 5.405), abs=1e-3)
+    assert shifted == pytest.approx((2.0, 0.587, 4.290), abs=1e-3)
     _, lo, hi = _ratios({"base": base, "cand": cand}, "base")["cand"]
     assert not math.isclose(lo, shifted[1]) and not math.isclose(hi, shifted[2])
 

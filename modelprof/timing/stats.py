@@ -277,8 +277,8 @@ def paired_ratio(num: np.ndarray, den: np.ndarray, confidence: float) -> tuple[f
 #: How a comparison's ``*_x`` ratios and their intervals are estimated, in words (for tables).
 RATIO_ESTIMATOR = (
     "ratio of the medians (so it ranks as the medians do); its 95 % interval "
-    "from the spread of the per-round paired ratios of block medians (Yuen's t "
-    "on the 20 %-trimmed log ratios), centred on it"
+    "that of the per-round paired ratios of block medians (Yuen's t on the 20 %-trimmed "
+    "log ratios); a ratio far outside it is flagged *_x_rough"
 )
 
 
@@ -289,10 +289,11 @@ def ratio_of_medians(
     den_blocks: np.ndarray,
     confidence: float,
 ) -> tuple[float, float, float]:
-    """``median(num) / median(den)`` (so ratios rank as the medians do), with the half-width of
-    Yuen's interval of the per-round log ratios of block medians around its log (paired: the
-    drift the rounds shared cancels; ``num_blocks``/``den_blocks``: the block medians of the
-    same rounds, :func:`paired_block_medians`). NaN bounds with one round."""
+    """``median(num) / median(den)`` (so ratios rank as the medians do), with the interval of
+    the per-round ratios of block medians (:func:`paired_ratio`; paired: the drift the rounds
+    shared cancels; ``num_blocks``/``den_blocks``: the block medians of the same rounds,
+    :func:`paired_block_medians`), the one ``agreement.judge_ratio`` holds the ratio against,
+    so a ratio outside it shows in the table. NaN bounds with one round."""
     den = float(np.median(den_ms))
     ratio = float(np.median(num_ms)) / den if den > 0 else math.nan
     k = min(len(num_blocks), len(den_blocks))
@@ -300,7 +301,5 @@ def ratio_of_medians(
     den_b = np.asarray(den_blocks[:k], dtype=np.float64)
     if not math.isfinite(ratio) or ratio <= 0 or k < 2 or (num_b <= 0).any() or (den_b <= 0).any():
         return ratio, math.nan, math.nan
-    _, half = trimmed_mean_ci(np.log(num_b / den_b), confidence)
-    if not math.isfinite(half):
-        return ratio, math.nan, math.nan
-    return ratio, ratio * math.exp(-half), ratio * math.exp(half)
+    _, lo, hi = paired_ratio(num_b, den_b, confidence)
+    return ratio, lo, hi
