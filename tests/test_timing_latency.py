@@ -420,3 +420,27 @@ def test_model_inputs_with_a_contradicting_batch_size_are_refused():
         measure_latency(lambda x: calls.append(1), mi, batch_size=8)
     assert calls == []
     assert measure_latency(lambda x: None, mi, batch_size=4, warmup=0, repeat=1).batch_size == 4
+
+
+class _SlowFirst(nn.Module):
+    """Spins ``first_ms`` on its first call (a one-off set-up), 1 ms on every later one; keeps
+    when each call began."""
+
+    def __init__(self, first_ms: float) -> None:
+        super().__init__()
+        self.first_ms, self.began = first_ms, []
+
+    def forward(self, x):
+        self.began.append(time.perf_counter())
+        spin(self.first_ms if len(self.began) == 1 else 1.0)
+        return x
+
+
+def test_a_slow_first_call_leaves_the_model_its_warm_up():
+    # the first call spins 600 ms, past warmup_s=0.5 alone: counted in the time rule it ended
+    # the warm-up after 3 calls, 2 of them plain. The rule runs >= 0.5 s after it: the plain
+    # calls span 0.5 s at least, so more than 3 calls whatever the load (a 1 ms spin each)
+    m = _SlowFirst(600.0)
+    got = measure_latency(m, torch.zeros(1), warmup_s=0.5, repeat=1)
+    warm = m.began[: got.warmup + 1]  # the warm-up's calls, then the first sample's
+    assert got.warmup > 3 and warm[-1] - warm[1] >= 0.5

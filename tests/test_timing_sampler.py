@@ -168,12 +168,24 @@ def test_auto_warmup_by_count_and_time():
     def step() -> None:
         clock.t += 0.125  # exact in binary
 
-    # >= 3 calls and >= 0.75 s: after k calls 0.125 k s -> k = 6
-    assert warm_up(step, WarmupPolicy(None, 0.75), False, now=clock)[0] == 6
+    # >= 3 calls and >= 0.75 s after the first: 0.125 (k - 1) s after k calls -> k = 7
+    assert warm_up(step, WarmupPolicy(None, 0.75), False, now=clock)[0] == 7
     # >= 3 calls and >= 0.0 s -> 3
     assert warm_up(step, WarmupPolicy(None, 0.0), False, now=clock)[0] == 3
-    # already warm: >= 1 call and >= min(0.5, 0.1) s -> 1 call of 0.125 s
-    assert warm_up(step, WarmupPolicy(None, 0.5), True, now=clock)[0] == 1
+    # already warm: >= 1 call and >= min(0.5, 0.1) s after the first -> 1 + 1 call of 0.125 s
+    assert warm_up(step, WarmupPolicy(None, 0.5), True, now=clock)[0] == 2
+
+
+def test_a_slow_first_call_is_no_warm_up_time():
+    # the first call spins 1.5 s once (measure_latency's one-off set-up in a fresh process), the
+    # others 1/64 s (exact in binary). >= 3 calls and >= 0.5 s after the first: 0.5 * 64 = 32
+    # plain calls -> 33 in all (the first call counted in time gave 3: 1.5 s >= 0.5 s)
+    clock = FakeTime()
+
+    def step() -> None:
+        clock.t += 1.5 if clock.t == 0.0 else 1 / 64
+
+    assert warm_up(step, WarmupPolicy(None, 0.5), False, now=clock)[0] == 33
 
 
 def test_warm_registry_tracks_signatures_per_callable():

@@ -1,7 +1,7 @@
 """The timing recipe in one place: option checks, warm-up, and the adaptive stop.
 
 Warm-up (``warmup=None``) runs a callable at least ``WARMUP_MIN_ITERS`` times AND for at least
-``warmup_s`` seconds, synchronising after each call (lazy initialisation, cuDNN autotuning, GPU
+``warmup_s`` seconds after its first call, synchronising after each call (lazy initialisation, cuDNN autotuning, GPU
 clocks). ``WARMED`` remembers the input signatures already warmed per callable: a known one gets
 ``REWARM_ITERS`` calls and ``min(warmup_s, REWARM_S)`` seconds, a new shape the full warm-up.
 ``warmup=<int>`` runs exactly that many calls.
@@ -675,11 +675,13 @@ def warm_up(
     sync: Callable[[], None] = lambda: None,
     now: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, float | None]:
-    """Run ``step`` per ``policy``, synchronising after each call (untimed, so it may).
+    """Run ``step`` per ``policy``, synchronising after each call (untimed, so it may); the
+    time rule counts from the end of the first call, whose one-off set-up (``measure_latency``'s
+    watch of the first writes, lazy initialisation) warms no model.
     Returns (calls made, median wall ms of a call or None: it sizes the blocks)."""
     min_calls, min_s, exact = policy.plan(already_warm)
     walls: list[float] = []
-    t_start = now()
+    t_start = math.inf  # the end of the first call
     agree = decisions()  # warm until every rank is warm
 
     def plan(i: int) -> int | None:
@@ -688,10 +690,13 @@ def warm_up(
         return 1 if agree.any(i < min_calls or now() - t_start < min_s) else None
 
     def take(_: int) -> None:
+        nonlocal t_start
         t = now()
         step()
         sync()
-        walls.append((now() - t) * 1e3)
+        end = now()
+        walls.append((end - t) * 1e3)
+        t_start = min(t_start, end)
 
     run_blocks(plan, take)
     return len(walls), (float(np.median(walls)) if walls else None)
