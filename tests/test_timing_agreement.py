@@ -60,7 +60,7 @@ def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch, on
     assert a.quote == "per-layer" and a.quote_ms == df.loc[0, "latency_ms"]
     assert a.quote_ms == pytest.approx(a.passes_ms)  # here no time outside the root's call
     note = a.note()
-    assert "DISAGREE" in note and "quote the (root) row's" in note
+    assert "DISAGREE" in note and "quote that figure, the (root) row's" in note
     assert note in r.timing_notes
     summary = r.summary()
     assert "!! the per-layer passes and the clean runs DISAGREE" in summary
@@ -387,3 +387,18 @@ def test_an_end_to_end_figure_the_run_will_not_quote_is_marked_rough(monkeypatch
         assert why in caption
     quiet = profile(_virtual(monkeypatch, 1.0), (4,), repeat=12, warmup=1, roofline=False)
     assert not quiet.latency.loaded and ROUGH_MARK not in footer(quiet)
+
+
+def test_a_disagreement_reads_the_root_rows_figure_once_and_small_ratios_in_digits():
+    # the passes' median 2.000 ms, the (root) row's 1.900 ms (its call's span), the clean
+    # median 1,000 ms: apart beyond both intervals, the clean runs slowed, quote the (root)
+    # row. Its figure is read once (a trial read "the (root) pass read 0.302 ms" and "quote the
+    # (root) row's 0.300 ms"), and the ratio 1.9 / 1000 = 0.0019 in 3 significant digits
+    # (it printed "0.00x")
+    clean = Measurement(np.full(24, 1000.0), blocks=np.repeat(np.arange(8), 3))
+    passes = Measurement(np.full(24, 2.0), blocks=np.repeat(np.arange(8), 3))
+    a = judge_agreement(clean, passes, leaf_sum_ms=1.5, root_ms=1.9)
+    note = a.note()
+    assert a.quote == "per-layer" and a.quote_ms == 1.9 and "DISAGREE" in note
+    assert note.count("1.900 ms") == 1 and "2.000 ms" not in note
+    assert "0.00190x" in note and "0.00x" not in note

@@ -20,6 +20,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
+from modelprof.render.units import format_multiple
 from modelprof.timing.measurement import JUDGE_MAX_RELATIVE_CI, Measurement
 from modelprof.timing.stats import paired_block_medians, paired_ratio
 
@@ -101,8 +102,9 @@ def identical_spread(rows, latencies, total_ms: float) -> IdenticalSpread | None
 
 @dataclasses.dataclass(frozen=True)
 class TimingAgreement:
-    """The clean runs against the per-layer window: both medians (ms) and intervals, the leaf
-    rows' sum, their ratio (per-layer / clean), the verdict and the figure to quote."""
+    """The clean runs against the per-layer window: both medians (ms; ``passes_ms`` the
+    ``(root)`` row's where the table has one, beside the passes' interval) and intervals, the
+    leaf rows' sum, their ratio (per-layer / clean), the verdict and the figure to quote."""
 
     clean_ms: float
     clean_ci_ms: tuple[float, float]
@@ -161,7 +163,7 @@ class TimingAgreement:
         if self.verdict == "window":
             return (
                 f"the per-layer backward rows, less their stamps' measured cost, read "
-                f"{_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
+                f"{_ms(self.passes_ms)}, {_x(self.ratio)} the clean backward's "
                 f"{_ms(self.clean_ms)}, as did the plain backward run beside them "
                 f"({_ms(self.plain_ms)}): the two windows ran the backward at different paces "
                 "(caches, the allocator, the machine's load), not the stamps; "
@@ -171,7 +173,7 @@ class TimingAgreement:
         if self.verdict == "stamps":
             return (
                 f"the per-layer backward rows include their stamps: the instrumented backward "
-                f"read {_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
+                f"read {_ms(self.passes_ms)}, {_x(self.ratio)} the clean backward's "
                 f"{_ms(self.clean_ms)}, about {self.stamp_us:.1f} us for each of its "
                 f"{self.nodes} autograd nodes (not taken off here: a GPU, too few or too noisy "
                 f"pairs, or correct_overhead=False); {self._quote_clean(w)}{self._cpu_work()}"
@@ -188,7 +190,7 @@ class TimingAgreement:
         if self.verdict == "leaves":
             return (
                 f"{w['rows']} DO NOT ADD UP: {w['parts']} sum to "
-                f"{_ms(self.leaf_sum_ms)}, {self.leaf_sum_ms / self.passes_ms:.2f}x "
+                f"{_ms(self.leaf_sum_ms)}, {_x(self.leaf_sum_ms / self.passes_ms)} "
                 f"{w['whole']} {_ms(self.passes_ms)} they are parts of (per-layer medians taken "
                 "while the machine's load moved); read the rows as rough, and time again with a "
                 "larger budget_s or on a quieter machine"
@@ -211,7 +213,7 @@ class TimingAgreement:
         head = (
             f"{w['passes']} and {w['runs']} are TOO NOISY TO COMPARE: {w['root']} "
             f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, {w['clean']} "
-            f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
+            f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {_x(self.ratio)} apart, "
             + (
                 "too few runs for an interval to say which holds"
                 if few
@@ -240,7 +242,7 @@ class TimingAgreement:
         head = (
             f"{w['passes']} and {w['runs']} DISAGREE: {w['root']} read "
             f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}{leaves}, {w['clean']} median "
-            f"{_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both "
+            f"{_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {_x(self.ratio)}, beyond both "
             "intervals, "
         )
         if self.regimes:
@@ -258,9 +260,9 @@ class TimingAgreement:
             )
         else:
             why = "so the machine's load changed between the two"
-            advice = (
-                f"quote {w['quoted']} {_ms(self.quote_ms)} (the faster window: load only "
-                f"adds time; the clean runs were slowed) and {w['rows']} as measured"
+            advice = (  # (that figure is the one to quote: said once)
+                f"quote that figure, {w['quoted']} (the faster window: load only "
+                f"adds time; the clean runs were slowed), and {w['rows']} as measured"
             )
         return f"{head}{why}; {advice}{self._cpu_work()}"
 
@@ -280,7 +282,7 @@ _WORDS = {
     "forward": {
         "passes": "the per-layer passes",
         "runs": "the clean runs",
-        "root": "the (root) pass",
+        "root": "the (root) row",
         "clean": "the clean end-to-end",
         "rows": "the per-layer rows",
         "quoted": "the (root) row's",
@@ -316,6 +318,11 @@ _WORDS["backward corrected"] = {
 
 def _ms(v: float) -> str:
     return f"{v:,.3f} ms" if math.isfinite(v) else "n/a"
+
+
+def _x(ratio: float) -> str:
+    """A ratio as the tables print it, in significant digits (0.003 read "0.00x")."""
+    return format_multiple(ratio).replace("×", "x")
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -358,7 +365,7 @@ def judge_agreement(
     passes (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum; ``regimes``: the modes
     only the clean runs use, if any; ``identical``: :func:`identical_spread`'s finding, if any;
     ``root_ms``: the ``(root)`` row's median as the table shows it (its call's span, inside the
-    pass), the per-layer figure quoted (the passes' median where None).
+    pass), the per-layer figure read and quoted (the passes' median where None).
 
     Medians further apart than ``tolerance`` *disagree* when their intervals do not overlap,
     and are *too noisy to compare* when they overlap only because an interval is wider than
@@ -366,7 +373,8 @@ def judge_agreement(
     ``(root)`` pass by more than ``tolerance`` is a third disagreement."""
     c_lo, c_hi = _bounds(clean)
     p_lo, p_hi = _bounds(passes)
-    ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
+    figure = root_ms or passes.median_ms  # the per-layer figure the note reads and quotes
+    ratio = figure / clean.median_ms if clean.median_ms > 0 else math.nan
     # (a side without an interval, too few runs, is apart from nothing: no disagreement)
     known = math.isfinite(_relative_width(clean)) and math.isfinite(_relative_width(passes))
     apart = known and (p_lo > c_hi or p_hi < c_lo)
@@ -391,14 +399,12 @@ def judge_agreement(
     return TimingAgreement(
         clean_ms=clean.median_ms,
         clean_ci_ms=clean.median_ci_ms,
-        passes_ms=passes.median_ms,
+        passes_ms=figure,
         passes_ci_ms=passes.median_ci_ms,
         leaf_sum_ms=float(leaf_sum_ms),
         ratio=float(ratio),
         agree=verdict == "agree",
-        quote_ms={"clean": clean.median_ms, "per-layer": root_ms or passes.median_ms}.get(
-            quote, math.nan
-        ),
+        quote_ms={"clean": clean.median_ms, "per-layer": figure}.get(quote, math.nan),
         quote=quote,
         cpu_ms=clean.cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
@@ -489,7 +495,7 @@ class NeighbourDisagreement:
             f"{self.series} DISAGREES across its points: {self.point} read "
             f"{_ms(self.point_ms)} {_ci(self.point_ci_ms)}, n={self.point_n}, above "
             f"{self.other}'s {_ms(self.other_ms)} {_ci(self.other_ci_ms)}, n={self.other_n}, "
-            f"which does more work ({self.point_ms / self.other_ms:.2f}x, beyond both "
+            f"which does more work ({_x(self.point_ms / self.other_ms)}, beyond both "
             "intervals): more work does not take less time, so a warm-up, a first call or the "
             f"machine's load moved one of them; {self.point} is marked rough: time again with "
             "a larger budget_s or on a quieter machine"
