@@ -792,7 +792,7 @@ def _measure(
     notes.append(_hook_cost_note(layers))
     if layers.extended_s > 0:
         notes.append(
-            f"the per-layer passes were extended by {layers.extended_s:.1f} s (at most "
+            f"the per-layer passes were extended by {layers.extended_s:.3g} s (at most "
             f"layer_extend_s={opts.layer_extend_s:g} s) after the time budget stopped "
             f"them below min_samples={layers.min_samples}; they rest on {layers.n}"
         )

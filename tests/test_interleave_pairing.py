@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from modelprof.timing.agreement import judge_ratio
-from modelprof.timing.interleave import _ratios, round_ratio, tied_ranks
+from modelprof.timing.interleave import _ratios, floor_notes, round_ratio, tied_ranks
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.stats import paired_block_medians, ratio_of_medians
 
@@ -153,3 +153,15 @@ def test_a_figure_of_one_round_cannot_order_two():
     ranks, note = tied_ranks(each(8, 10.0, 11.0), one)
     assert ranks == {"a": 1, "b": 1} and note.endswith(": a, b")
     assert tied_ranks(each(8, 10.0, 11.0), each(8, 20.0, 25.0))[0] == {"a": 1, "b": 2}
+
+
+def test_a_floor_note_says_how_far_the_budget_was_extended():
+    # 0.04 s past the budget to reach min_samples=10: said in significant digits (it read
+    # "extended by 0.0 s"); none extended: no note
+    m = Measurement([1.0] * 10, blocks=list(range(10)), extended_s=0.04, floor_cap_s=60.0,
+                    min_samples=10)  # fmt: skip
+    assert floor_notes([m]) == [
+        "the time budget was extended by 0.04 s (at most 60 s) so that every candidate has "
+        "min_samples=10 runs"
+    ]
+    assert floor_notes([Measurement([1.0] * 10, blocks=list(range(10)))]) == []

@@ -377,6 +377,9 @@ def test_one_block_states_no_interval_is_undersampled_and_claims_no_stability():
     assert m.stable is None  # unknown, not True
     # no median is quoted beside a missing interval: the text says why instead
     assert "no median to quote: no interval from 3 runs in 1 block" in repr(m)
+    # nor a throughput or CV drawn from it (it printed "90.9 fps" and "CV 9.1%"; "CV nan%" for
+    # one run)
+    assert "CV n/a" in repr(m) and "fps n/a" in repr(m) and repr(m).count("fps") == 1
     assert "stability unknown" in repr(m) and m.short_reason == "no interval from 3 runs in 1 block"
     with pytest.warns(FewSamplesWarning, match="no interval can be stated"):
         m.warn_if_noisy()
@@ -462,7 +465,7 @@ def test_the_stop_and_the_floor_survive_the_json_export():
     # 200 s = 3.33 min; 1.5 s past the budget
     assert back.stop_text == (
         "spread (±1.0% would take ~3.33 min of sampling) "
-        "(+1.50 s past the budget for min_samples=10)"
+        "(+1.5 s past the budget for min_samples=10)"
     )
 
 

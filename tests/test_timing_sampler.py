@@ -348,7 +348,7 @@ def test_the_sample_floor_holds_past_the_budget_and_says_by_how_much():
     assert list(held.blocks) == list(range(10))  # each extension run its own block
     m = Measurement(held.samples_ms, **held.fields(rule))
     assert not m.undersampled and m.short_reason is None and m.has_interval
-    assert "stop=budget (+2.10 s past the budget for min_samples=10)" in repr(m)
+    assert "stop=budget (+2.1 s past the budget for min_samples=10)" in repr(m)
     assert m.to_dict()["extended_s"] == pytest.approx(2.1)
 
 

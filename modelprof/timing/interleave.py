@@ -321,7 +321,7 @@ def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
         return []
     m = max(extended, key=lambda m: m.extended_s)
     return [
-        f"the time budget was extended by {m.extended_s:.1f} s (at most {m.floor_cap_s:g} s) "
+        f"the time budget was extended by {m.extended_s:.3g} s (at most {m.floor_cap_s:g} s) "
         f"so that every candidate has min_samples={m.min_samples} runs"
     ]
 

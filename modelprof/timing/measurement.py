@@ -346,7 +346,7 @@ class Measurement:
         if not self.has_interval:
             return f"no interval from {_plural(self.n, 'run')} in {_plural(self.n_blocks, 'block')}"
         past = (
-            f" and {self.extended_s:.1f} s past it (cap {self.floor_cap_s:g} s)"
+            f" and {self.extended_s:.3g} s past it (cap {self.floor_cap_s:g} s)"
             if self.floor_cap_s is not None
             else ""
         )
@@ -363,7 +363,7 @@ class Measurement:
             text += f" (±{self.precision:.1%} would take ~{_duration(self.needed_s)} of sampling)"
         if self.extended_s > 0:
             text += (
-                f" (+{self.extended_s:.2f} s past the budget for min_samples={self.min_samples})"
+                f" (+{self.extended_s:.3g} s past the budget for min_samples={self.min_samples})"
             )
         return text
 
@@ -630,7 +630,7 @@ class Measurement:
                 "for two blocks or more"
             )
         past = (
-            f", and {self.extended_s:.1f} s past it (at most {self.floor_cap_s:g} s) did not "
+            f", and {self.extended_s:.3g} s past it (at most {self.floor_cap_s:g} s) did not "
             "reach the floor"
             if self.floor_cap_s is not None
             else ""
@@ -711,20 +711,24 @@ class Measurement:
             else "95% CI n/a"
         )
         spread = f" ± {format_ms(self.std_ms)}" if self.n > 1 else ""
+        quoted = self.short_reason is None or self.stop_reason == "repeat"
         headline = (
             f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}"
-            if self.short_reason is None or self.stop_reason == "repeat"
+            if quoted
             else f"  no median to quote: {self.short_reason} (the runs taken: median "
             f"{format_ms(self.median_ms)}, mean {format_ms(self.mean_ms)})"
         )
+        # (no throughput nor CV beside no median to quote: n/a, as its interval)
+        cv = f"{self.cv:.1%}" if quoted and math.isfinite(self.cv) else "n/a"
         lines = [
             head,
             headline,
             f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
-            f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
+            f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {cv}",
             f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
             f"{self.warmup} warm-up, stop={self.stop_text}, "
-            f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
+            f"{_plural(self.outliers, 'outlier')}, "
+            + (f"{self.fps:,.1f} fps" if quoted else "fps n/a")
             + self._drift_text()
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")
