@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
+from modelprof.timing.agreement import AGREEMENT_TOLERANCE
 from modelprof.timing.layers import MemoryStats
 
 __all__ = [
@@ -246,3 +248,15 @@ class WritesLate(nn.Module):
                 self.l.weight.mul_(self.scale).add_(self.shift)
         self.note.seen = True  # on the function: the guard restores attributes only
         return self.l(x)
+
+
+def ratio_flag_holds(row: Any, name: str) -> bool:
+    """``row``'s ``<name>_rough`` says what its columns show: the ratio ``name`` outside its
+    interval (the per-round ratios', symmetric on the log scale: centred on ``sqrt(low
+    high)``) and more than ``AGREEMENT_TOLERANCE`` from that centre. True without an
+    interval (a single round: nothing to show)."""
+    x, lo, hi = row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return True
+    far = abs(math.log(x / math.sqrt(lo * hi))) > math.log1p(AGREEMENT_TOLERANCE)
+    return 0 < lo <= hi and bool(row.get(f"{name}_rough", False)) == ((x < lo or x > hi) and far)

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers import ratio_flag_holds
 from torch import nn
 
 from modelprof import ModelProfError, profile_generation
@@ -266,14 +267,13 @@ def test_compare_generation_ratios_against_known_spins():
     # threads' work): (8 + e) / (4 + e) = 1 + 4 / (4 + e) = 1.90-1.91, inside 2 +- 15 % for
     # any median e < 1.7 ms, on any machine, since waiting for a core adds wall time, never
     # CPU time. The CPU ratio is the ratio of the CPU medians shown; its interval, the
-    # per-round ratios' own, agrees with it (no note says it DISAGREES: inside it, or within
-    # 10 % of its centre; 2.0038 beside an interval ending at 1.9996 once)
+    # per-round ratios' own, need not hold it (2.0038 beside one ending at 1.9996 once): its
+    # flag says whether it lies far outside
     assert slow["tpot_cpu_x"] == pytest.approx(2.0, rel=0.15)
     assert slow["tpot_cpu_x"] == pytest.approx(
         slow["tpot_cpu_ms"] / table.loc["fast", "tpot_cpu_ms"], rel=1e-12
     )
-    assert slow["tpot_cpu_x_ci_low"] <= slow["tpot_cpu_x_ci_high"]
-    assert "tpot_cpu_x of slow" not in table.attrs.get("rough_ratios", [])
+    assert ratio_flag_holds(slow, "tpot_cpu_x")
     # the prefill spins once, 4 or 8 ms: the TTFT's CPU work doubles too
     assert slow["ttft_cpu_x"] == pytest.approx(2.0, rel=0.15)
     assert table.loc["fast", "tpot_cpu_x"] == pytest.approx(1.0)
@@ -297,7 +297,7 @@ def test_compare_generation_ratios_against_known_spins():
         fastest = table.loc["slow", "tpot_min_ms"] / table.loc["fast", "tpot_min_ms"]
         assert fastest == pytest.approx(2.0, rel=0.15)
         assert 1.0 < slow["tpot_x"] <= 2.2
-        assert slow["tpot_x_ci_low"] <= slow["tpot_x"] <= slow["tpot_x_ci_high"]
+        assert ratio_flag_holds(slow, "tpot_x")
     assert table.loc["fast", "tpot_x"] == pytest.approx(1.0)
 
 
@@ -331,13 +331,13 @@ def test_compare_generation_takes_its_ratios_to_the_baseline_named_rows_kept_in_
 def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():
     # the issue's case: TPOT medians 9.51 and 9.73 ms (0.978) printed tpot_x = 0.378. As in
     # compare(), the ratio is the quotient of the medians in the same table (so the two rank
-    # alike), and its paired interval is centred on it
+    # alike), and flagged rough exactly where it lies far outside its paired interval
     table = _two_models(repeat=12)
     slow = table.loc["slow"]
     for kind in ("ttft", "tpot"):
         medians = slow[f"{kind}_ms"] / table.loc["fast", f"{kind}_ms"]
         assert slow[f"{kind}_x"] == pytest.approx(medians, rel=1e-12)
-        assert slow[f"{kind}_x_ci_low"] <= slow[f"{kind}_x"] <= slow[f"{kind}_x_ci_high"]
+        assert ratio_flag_holds(slow, f"{kind}_x")
     assert table.loc["fast", "tpot_x"] == 1.0
     assert table.attrs["ratio_estimator"].startswith("ratio of the medians")
     assert "unranked" not in table.attrs
