@@ -241,8 +241,9 @@ def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(mo
     assert len(syncs) >= 2 * 12  # a synchronize after every timed call (the latency mode)
     ratio, lo, hi = result.ratios["cuda_graph"]
     # a 0.25 ms spin against a 1 ms one: about 0.25x; load only lengthens either, so the
-    # ratio stays well below 1 (the graph's spin is 4x shorter)
-    assert ratio < 0.75 and lo <= ratio <= hi
+    # ratio stays well below 1 (the graph's spin is 4x shorter); its interval, the per-round
+    # ratios' own, need not hold it (a ratio that agrees may lie just outside)
+    assert ratio < 0.75 and not lo > hi
     assert left_out == ["compile: RuntimeError: no compiler here"]
     note = helps.helps_note(result, left_out)
     assert "cuda_graph" in note and "x eager (95% CI" in note and "left out: compile" in note
