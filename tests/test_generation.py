@@ -380,20 +380,27 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     assert mem.weights_bytes == weights
     # KV at batch 1 and 12 tokens (prompt + new): 12 x 512 bytes
     assert mem.kv_per_token_bytes == 512 and mem.kv_bytes() == 12 * 512
+    # the token ids it holds, int64: 12 x 8 bytes, in their own column
+    assert mem.ids_per_token_bytes == 8 and mem.ids_bytes() == 12 * 8
+    assert mem.to_dict()["ids_per_token_bytes"] == 8
     table = mem.table().set_index("phase")
     act = mem.activation_per_seq_bytes
-    assert table.loc["prefill", "total_bytes"] == weights + 12 * 512 + act["prefill"]
+    assert table.loc["prefill", "total_bytes"] == weights + 12 * (512 + 8) + act["prefill"]
+    assert table.loc["prefill", "inputs_bytes"] == 12 * 8
+    parts = ["weights_bytes", "kv_cache_bytes", "inputs_bytes", "activation_bytes"]
+    assert (table[parts].sum(axis=1) == table["total_bytes"]).all()
     assert act["prefill"] > act["decode"] > 0
-    per_seq = 100 * 512 + max(act.values())
+    per_seq = 100 * (512 + 8) + max(act.values())
     budget = weights + 3 * per_seq + 1
     # prompts of the profiled 8 tokens: its activations as measured
     assert mem.max_batch(budget, context=100, prompt_len=8) == 3  # 3 sequences of 100 tokens
     with pytest.raises(ModelProfError, match="context=1000 is past the model's 128 positions"):
         mem.max_batch(budget, context=1000)
-    # batch 2: (budget - weights - 2 x act) / (2 x 512) tokens, here 100 (+ 5 bytes to spare)
-    tight = weights + 2 * max(act.values()) + 100 * 2 * 512 + 5
+    # batch 2: (budget - weights - 2 x act) / (2 x (512 + 8)) tokens, here 100 (+ 5 bytes to
+    # spare)
+    tight = weights + 2 * max(act.values()) + 100 * 2 * (512 + 8) + 5
     assert mem.max_context(tight, batch=2, prompt_len=8) == 100
-    # the first budget would hold 150+ tokens of batch 2 ((3 x 100 x 512 + act) / (2 x 512)),
+    # the first budget would hold 150+ tokens of batch 2 ((3 x 100 x 520 + act) / (2 x 520)),
     # past the model's 128 positions:
     # no context past them fits the model
     assert mem.max_positions == 128 and mem.max_context(budget, batch=2, prompt_len=8) == 128
@@ -404,6 +411,17 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
             mem.max_batch(bad)
         with pytest.raises(ModelProfError, match=f"memory_bytes={bad}"):
             mem.max_context(bad)
+
+
+def test_the_memory_plan_holds_the_ids_a_generation_joins():
+    # a given prompt of int32 ids at batch 2: generate() joins the decode steps' int64 ids to
+    # it, so the sequence holds int64 ids, 8 B a token: 2 x 12 x 8 B at 8 + 4 tokens
+    ids = torch.randint(0, 128, (2, 8), dtype=torch.int32)
+    report = profile_generation(
+        llama(), inputs={"input_ids": ids}, new_tokens=4, batch_size=2, timing=False
+    )
+    mem = report.memory
+    assert mem.ids_per_token_bytes == 8 and mem.ids_bytes() == 2 * 12 * 8
 
 
 def test_compare_generation_of_hf_models():

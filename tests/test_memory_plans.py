@@ -15,6 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 #: 2 layers, 2 KV heads of 16: K and V of one token in one layer, float32: 2 x 2 x 16 x 4 B
 LAYER_TOKEN = 2 * 2 * 16 * 4  # 256 B
+#: a token's id, int64, held by its sequence at every context (fit's inputs row)
+ID = 8
 
 
 def _small(config_class, **kw):
@@ -47,13 +49,16 @@ def test_mistral_sliding_window_plan_caps_at_the_window():
     assert mem.kv_bytes() == 3584  # context 100 (before: 3584 / 99 x 100, linear)
     assert mem.kv_bytes(context=10_000) == 3584
     assert mem.kv_bytes(batch=3, context=4) == 3 * 4 * 2 * LAYER_TOKEN  # inside the window
+    assert mem.ids_per_token_bytes == ID
     act = max(mem.activation_per_seq_bytes.values())
-    budget = mem.weights_bytes + 5 * (3584 + act)
-    # 5 sequences at any context: the cache stops growing at the window (prompts of the
-    # profiled 90 tokens: their activations as measured)
+    budget = mem.weights_bytes + 5 * (3584 + act + ID * 100_000)
+    # 5 sequences at context 100,000: the cache stops growing at the window, their ids do not
+    # (8 B a token); prompts of the profiled 90 tokens: their activations as measured
     assert mem.max_batch(budget, context=100_000, prompt_len=90) == 5
-    # memory sets no limit on the context: the model's positions are the answer
-    assert mem.max_context(budget, batch=5, prompt_len=90) == model.config.max_position_embeddings
+    assert mem.max_batch(budget, context=100_001, prompt_len=90) == 4
+    # past the window only the ids grow: (budget - weights - 5 x (act + 3,584)) / (5 x 8) =
+    # 100,000 tokens, inside the model's 131,072 positions
+    assert mem.max_context(budget, batch=5, prompt_len=90) == 100_000
     # a budget that runs out inside the window: 3 tokens of 2 x 256 B per sequence fit, beside
     # prompts of 2 tokens, whose prefill holds 2/90 of the profiled one's (or a decode step's,
     # if more)
@@ -61,7 +66,7 @@ def test_mistral_sliding_window_plan_caps_at_the_window():
         mem.activation_per_seq_bytes["prefill"] * 2 / 90, mem.activation_per_seq_bytes["decode"]
     )
     assert mem.activation_seq_bytes(2) == short
-    tight = mem.weights_bytes + 2 * (short + 3 * 2 * LAYER_TOKEN)
+    tight = mem.weights_bytes + 2 * (short + 3 * (2 * LAYER_TOKEN + ID))
     assert mem.max_context(tight, batch=2, prompt_len=2) == 3  # (prompts of 2 tokens)
 
 
@@ -78,8 +83,9 @@ def test_mixed_full_and_sliding_layers_grow_by_the_full_ones():
     assert (mem.kv_per_token_bytes, mem.window_per_token_bytes) == (LAYER_TOKEN, LAYER_TOKEN)
     assert mem.kv_bytes(context=1000) == (1000 + 7) * LAYER_TOKEN
     act = max(mem.activation_per_seq_bytes.values())
-    budget = mem.weights_bytes + act + (500 + 7) * LAYER_TOKEN
-    # past the window only the full layer grows: (budget - weights - act - 7 x 256) / 256
+    budget = mem.weights_bytes + act + (500 + 7) * LAYER_TOKEN + 500 * ID
+    # past the window only the full layer and the ids grow: (budget - weights - act - 7 x
+    # 256) / (256 + 8)
     assert mem.max_context(budget, batch=1, prompt_len=90) == 500
 
 
@@ -99,11 +105,12 @@ def test_a_context_is_sized_with_prompts_as_long_as_it_as_fit_sizes_it():
     # activations, 3.5x too many sequences by fit's count. Llama of _small: the largest leaf of
     # a prefill of T tokens is the MLP's activation, T x 128 in and out, float32: 1,024 B a
     # token (the lm_head keeps one token's logits); the KV cache 2 layers x 256 B = 512 B a
-    # token. A sequence of 2,048 tokens, prompts as long: 2,048 x (512 + 1,024) B
+    # token; its int64 id 8 B. A sequence of 2,048 tokens, prompts as long: 2,048 x (512 + 8 +
+    # 1,024) B
     model = _small(transformers.LlamaConfig)
     mem = _plan(model, prompt_len=16, new_tokens=8).memory
     assert mem.activation_seq_bytes(2048) == 2048 * 1024
-    expected = int((24e9 - mem.weights_bytes) // (2048 * (512 + 1024)))
+    expected = int((24e9 - mem.weights_bytes) // (2048 * (512 + ID + 1024)))
     assert mem.max_batch(24e9, context=2048) == expected
 
     # fit agrees: that batch fits at context 2,048, one more does not
@@ -112,9 +119,9 @@ def test_a_context_is_sized_with_prompts_as_long_as_it_as_fit_sizes_it():
         return plan.fits("inference")
 
     assert fits(expected) and not fits(expected + 1)
-    # the longest context for 4 sequences in 3e6 B: 4 x c x (512 + 1,024) <= 3e6 - weights
+    # the longest context for 4 sequences in 3e6 B: 4 x c x (512 + 8 + 1,024) <= 3e6 - weights
     budget = 3e6
-    assert mem.max_context(budget, batch=4) == int((budget - mem.weights_bytes) // (4 * 1536))
+    assert mem.max_context(budget, batch=4) == int((budget - mem.weights_bytes) // (4 * 1544))
     # prompts of the profiled 16 tokens: its measured activations (16 x 1,024 B at most)
     assert mem.activation_seq_bytes(16) == mem.activation_seq_bytes() <= 16 * 1024
     assert mem.max_batch(24e9, context=2048, prompt_len=16) > 1.4 * expected
@@ -145,8 +152,8 @@ def test_the_command_lines_memory_line_sizes_prompts_as_long_as_the_context(caps
         f"fits 3,000,000 bytes (prompts as long as the context): batch <= {mem.max_batch(3e6)} "
         f"at 24 tokens; context <= {mem.max_context(3e6)} tokens at batch 1"
     )
-    # at 24 tokens, prompts of 24: (3e6 - weights) // (24 x (512 + 1,024)) sequences
-    assert mem.max_batch(3e6) == int((3e6 - mem.weights_bytes) // (24 * 1536))
+    # at 24 tokens, prompts of 24: (3e6 - weights) // (24 x (512 + 8 + 1,024)) sequences
+    assert mem.max_batch(3e6) == int((3e6 - mem.weights_bytes) // (24 * 1544))
 
 
 def test_memory_given_as_text_reads_as_the_command_line_reads_it():

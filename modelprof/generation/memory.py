@@ -1,6 +1,6 @@
-"""Memory to fit a generation: weights + KV cache at (batch, context) + a step's activations
-(estimated: the largest inputs + outputs of one leaf call), per phase; and the largest batch or
-context that fits. On CUDA the allocator's measured peak sits beside it (``GenerationTiming``).
+"""Memory to fit a generation: weights + KV cache and token ids at (batch, context) + a step's
+activations (estimated: the largest inputs + outputs of one leaf call), per phase; and the
+largest batch or context that fits. On CUDA the allocator's measured peak sits beside it (``GenerationTiming``).
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def activation_bytes(records: list[Any]) -> int:
 class MemoryPlan:
     """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens. One
     sequence's cache at ``c`` tokens: ``kv_per_token_bytes x c + window_per_token_bytes x
-    min(c, window_tokens) + state_per_seq_bytes``; its activations: the largest of one leaf
+    min(c, window_tokens) + state_per_seq_bytes``; its token ids: ``ids_per_token_bytes x c``
+    (as :func:`modelprof.fit` counts them, batch x context ids in their own row); its activations: the largest of one leaf
     call's inputs + outputs in the profiled phases (a prefill of ``prompt_len`` tokens, the
     decode steps), and for a longer prompt its prefill's, counted on meta (``count_prefill``:
     one sequence's bytes at a prompt length, None where that count failed; itself None where
@@ -104,6 +105,7 @@ class MemoryPlan:
     window_tokens: int = 0
     max_positions: int | None = None
     prompt_len: int = 0
+    ids_per_token_bytes: float = 0.0  # one sequence's token ids: a token's element size
     count_prefill: Callable[[int], float] | None = dataclasses.field(
         default=None, compare=False, repr=False
     )
@@ -153,6 +155,11 @@ class MemoryPlan:
         """The cache of ``batch`` sequences."""
         return self.kv_per_seq_bytes(context) * self._batch(batch)
 
+    def ids_bytes(self, batch: int | None = None, context: int | None = None) -> float:
+        """The token ids of ``batch`` sequences of ``context`` tokens."""
+        c = check_int("context", self.context if context is None else context)
+        return self.ids_per_token_bytes * c * self._batch(batch)
+
     def _batch(self, batch: int | None) -> int:
         return check_int("batch", self.batch_size if batch is None else batch)
 
@@ -163,6 +170,7 @@ class MemoryPlan:
         return (
             self.weights_bytes
             + self.kv_bytes(b, context)
+            + self.ids_bytes(b, context)
             + b * self.activation_per_seq_bytes[phase]
         )
 
@@ -173,6 +181,7 @@ class MemoryPlan:
                     "phase": p,
                     "weights_bytes": self.weights_bytes,
                     "kv_cache_bytes": self.kv_bytes(),
+                    "inputs_bytes": self.ids_bytes(),
                     "activation_bytes": self.batch_size * a,
                     "total_bytes": self.total_bytes(p),
                 }
@@ -214,7 +223,7 @@ class MemoryPlan:
     def max_batch(
         self, memory_bytes: float, context: int | None = None, prompt_len: int | None = None
     ) -> int:
-        """The largest batch whose weights + KV at ``context`` + activations fit, prompts of
+        """The largest batch whose weights + KV and token ids at ``context`` + activations fit, prompts of
         ``prompt_len`` tokens (None: as long as the context, the longest a request there may
         bring); a context past the model's ``max_positions`` is refused (none fits the model,
         as :meth:`max_context` never answers one)."""
@@ -232,7 +241,8 @@ class MemoryPlan:
                 f"prompt_len={prompt} is longer than context={c}: a prompt is part of its context"
             )
         free = memory_bytes - self.weights_bytes
-        per = self.kv_per_seq_bytes(c) + self.activation_seq_bytes(prompt)
+        per = self.kv_per_seq_bytes(c) + self.ids_per_token_bytes * c
+        per += self.activation_seq_bytes(prompt)
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(
@@ -274,7 +284,8 @@ class MemoryPlan:
         """The longest context at which ``b`` sequences with ``act`` bytes of activations each
         fit (:meth:`max_context`'s, for one activation)."""
         free = memory_bytes - self.weights_bytes - b * (act + self.state_per_seq_bytes)
-        full, window = self.kv_per_token_bytes * b, self.window_per_token_bytes * b
+        full = (self.kv_per_token_bytes + self.ids_per_token_bytes) * b  # (ids: every token)
+        window = self.window_per_token_bytes * b
         w = self.window_tokens
         if window > 0 and w > 0:
             if free < (full + window) * w:  # runs out inside the window

@@ -201,6 +201,10 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     # is never fed), so at the positions' limit (spec.parse: p + n - 1) it is held at the limit
     limit = terms["max_positions"]
     context = spec.total_len if limit is None else min(spec.total_len, limit)
+    # the ids a sequence holds, a token each: the prompt's the run fed (given ones as given)
+    # joined by the decode steps' (random int64 ones), as generate() concatenates them
+    gen = torch.Generator()
+    ids = torch.promote_types(lm.prompt(b, 1, gen).dtype, lm.tokens(b, 1, gen).dtype)
     return MemoryPlan(
         weights_bytes(lm.model, lm.dtype),
         activation_per_seq_bytes=act,
@@ -208,6 +212,7 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
         context=context,
         state_per_seq_bytes=float(states),
         prompt_len=spec.prompt_len,
+        ids_per_token_bytes=float(ids.itemsize),
         count_prefill=_prefill_counter(lm),
         **terms,
     )
