@@ -152,6 +152,44 @@ def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap(
             assert not _overlaps(boxes[i], boxes[j]), (i, j)
 
 
+def test_plot_roofline_holds_the_layers_that_beat_the_roof_and_labels_them() -> None:
+    # a trial's roof given at 20 GFLOP/s: the axis stopped at 3 x the roof, 20 of 68 layers that
+    # beat it (the ones to check) were drawn off the plot and #2-#5 of the key had no label.
+    # Here the roof is 1 MFLOP/s and conv1 runs 13824 FLOP / 0.3 ms = 46 MFLOP/s, 46 x over it
+    peaks = Peaks(peak_flops=1e6, peak_bytes=1e6, source="user", device="toy", dtype="float32")
+    fig = plot_roofline(report_frame(), peaks, annotate=5)
+    ax = fig.axes[0]
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    points = np.vstack([c.get_offsets() for c in ax.collections])
+    assert len(points) == 7 and points[:, 1].max() == pytest.approx(46.08e6)
+    assert ((points[:, 0] > x0) & (points[:, 0] < x1)).all()
+    assert ((points[:, 1] > y0) & (points[:, 1] < y1)).all()
+    # every label the key lists is drawn at a point inside the axes (one outside is clipped)
+    key = [t.get_text().split()[0] for t in fig.legends[1].get_texts()]
+    labels = [t for t in ax.texts if t.get_text()]
+    assert sorted(p for t in labels for p in t.get_text().split(",")) == sorted(key)
+    assert len(key) == 5
+    for t in labels:
+        assert x0 < t.xy[0] < x1 and y0 < t.xy[1] < y1, t.get_text()
+
+
+def test_bar_titles_say_when_the_top_k_cut_rows() -> None:
+    # the fixture's 7 leaves all have a latency and FLOPs; top_k=3 shows 3 of them
+    assert plot_latency(report_frame(), top_k=3).axes[0].get_title() == (
+        "Latency per layer, top 3 of 7 leaves"
+    )
+    assert plot_flops(report_frame(), top_k=3).axes[0].get_title() == (
+        "FLOPs per layer, top 3 of 7 leaves"
+    )
+    # all 9 rows (the root and layer1 too) with leaf_only=False
+    assert plot_flops(report_frame(), top_k=3, leaf_only=False).axes[0].get_title() == (
+        "FLOPs per layer, top 3 of 9 rows"
+    )
+    # nothing cut: no words
+    assert plot_flops(report_frame(), top_k=None).axes[0].get_title() == "FLOPs per layer"
+    assert plot_latency(report_frame(), top_k=7).axes[0].get_title() == "Latency per layer"
+
+
 def test_roofline_labels_of_an_nn_sequential_are_no_module_names() -> None:
     # a trial read the point labelled 1 as the Sequential's module "1"; it was the slowest layer
     from torch import nn

@@ -92,12 +92,19 @@ def bar_colours(rough: Sequence[bool]) -> list[str]:
     return [ROUGH_COLOUR if r else PLAIN_COLOUR for r in rough]
 
 
-def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool) -> pd.DataFrame:
-    rows = select_rows(df, leaf_only=leaf_only and "leaf" in df.columns)
+def _top_rows(
+    df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool
+) -> tuple[pd.DataFrame, str]:
+    """The ``top_k`` rows by ``column`` and, where that cut some, the words that say so
+    (``", top 20 of 68 leaves"``) for the title."""
+    leaves = leaf_only and "leaf" in df.columns
+    rows = select_rows(df, leaf_only=leaves)
     rows = rows[rows[column].notna()]
     if rows.empty:
         raise ModelProfError(f"no row has a value in column {column!r} to plot")
-    return select_rows(rows, top_k=top_k or None, sort_by=column)
+    top = select_rows(rows, top_k=top_k or None, sort_by=column)
+    cut = len(top) < len(rows)
+    return top, f", top {len(top)} of {len(rows)} {'leaves' if leaves else 'rows'}" * cut
 
 
 def _barh(
@@ -157,10 +164,11 @@ def plot_latency(
     require_columns(df, ["module", column], "plot_latency", " (profile with timing=True)")
     forward = column == "latency_ms"
     bars = " (bars: p10-p90 of the passes)" if forward and "latency_p10_ms" in df.columns else ""
+    rows, shown = _top_rows(df, column, top_k, leaf_only)
     return _barh(
-        _top_rows(df, column, top_k, leaf_only),
+        rows,
         column,
-        title=title or f"{'Latency' if forward else 'Backward latency'} per layer{bars}",
+        title=title or f"{'Latency' if forward else 'Backward latency'} per layer{shown}{bars}",
         xlabel="latency (ms)" if forward else "backward latency (ms)",
         error=("latency_p10_ms", "latency_p90_ms") if forward else None,
         save=save,
@@ -180,10 +188,11 @@ def plot_flops(
     ``read_bytes``...), the ``top_k`` largest first, axis in SI units."""
     require_columns(df, ["module", column], "plot_flops")
     spec = column_spec(column, df[column])
+    rows, shown = _top_rows(df, column, top_k, leaf_only)
     return _barh(
-        _top_rows(df, column, top_k, leaf_only),
+        rows,
         column,
-        title=title or f"{spec.header} per layer",
+        title=title or f"{spec.header} per layer{shown}",
         xlabel=spec.header,
         formatter=_value_formatter(spec.kind),
         save=save,
@@ -234,7 +243,10 @@ def plot_roofline(
     _draw_layers(ax, data, x, y, roofs, peaks)
     key = _number_slowest(ax, data, annotate) if annotate else []
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)")
-    ax.set(xlim=(lo, hi), ylim=(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3))
+    ax.set(
+        xlim=(lo, hi),
+        ylim=(min(y.min(), peaks.peak_flops) / 20, max(y.max(), peaks.peak_flops) * 3),
+    )
     ax.set_ylabel("achieved FLOP/s")
     source = _ROOF_SOURCES.get(peaks.source, peaks.source)
     ax.grid(which="both", alpha=0.25)
