@@ -232,6 +232,31 @@ def test_every_view_option_is_documented() -> None:
     assert not missing, f"view options not in the README's table: {missing}"
 
 
+def test_every_column_of_a_timed_frame_has_a_row_in_the_readme_table() -> None:
+    """Each column ``to_dataframe()`` gives a timed CPU profile, against roofs a busy probe
+    measured (so the loaded flags are there too), is named in the first cell of a row of the
+    README's column table (a trial found output_shape defined nowhere, mfu and
+    efficiency_loaded only in docs/)."""
+    from torch import nn
+
+    from modelprof import Peaks, profile
+
+    # wall 3x the CPU time: a probe on a busy machine (Peaks.loaded), as the trial's was
+    busy = Peaks(peak_flops=1e9, peak_bytes=1e9, source="probe", wall_over_cpu=3.0)
+    assert busy.loaded
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    df = profile(model, (8,), repeat=3, warmup=1, roofline=busy, warn=False).to_dataframe()
+    assert {"output_shape", "latency_passes", "mfu_rough", "efficiency_loaded"} <= set(df)
+    text = README.read_text(encoding="utf-8")
+    section = text[
+        text.index("## What the columns mean") : text.index("\n## ", text.index("## What"))
+    ]
+    firsts = [ln.split("|")[1] for ln in section.splitlines() if ln.startswith("| `")]
+    named = set(re.findall(r"`(\w+)`", " ".join(firsts)))
+    missing = [c for c in df.columns if c not in named]
+    assert not missing, f"columns without a row in the README's column table: {missing}"
+
+
 def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
     """Every module a README Python block imports comes with the first install command."""
     import ast
