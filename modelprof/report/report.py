@@ -579,7 +579,8 @@ class Report(Exports):
             compact=fmt.human,
             priority=_LATEX_PRIORITY if self.training_step is None else _STEP_PRIORITY,
             caption=title,
-            title=title,
+            # a browser tab's or bookmark's title: the model, the caption under it in the page
+            title=f"modelprof: {self.display_name}" if fmt.name == "html" else title,
             standalone=True,
             summary=tuple(self.summary().splitlines()) if fmt.human else (),
         )
