@@ -167,6 +167,22 @@ def test_out_alone_writes_the_default_formats(nets: Path, tmp_path: Path) -> Non
     assert {p.name for p in tmp_path.glob("nets_narrow.*")} == {"nets_narrow.csv", "nets_narrow.md"}
 
 
+def test_format_without_out_writes_into_the_current_directory_as_the_readme_says(
+    nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # a trial's --format tex wrote resnet18.tex where it ran; the README did not say where
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--format", "md"]) == 0
+    assert [p.name for p in here.iterdir()] == ["nets_narrow.md"]
+    assert "wrote nets_narrow.md" in capsys.readouterr().err
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    cli_section = readme[readme.index("## Command line") : readme.index("## Comparing models")]
+    words = " ".join(cli_section.split())  # (the sentence may wrap)
+    assert "`--format` without `--out` writes into the current directory" in words
+
+
 def test_profile_torchvision_model(capsys: pytest.CaptureFixture) -> None:
     assert main(["profile", "resnet18", "--no-timing", "--depth", "1"]) == 0
     out = capsys.readouterr().out
