@@ -35,11 +35,14 @@ def disturbed():
 
 def test_the_busy_probe_note_quotes_the_roof_the_mfu_uses(disturbed):
     used = run_peaks(disturbed)
-    assert "compute" in used.raised and used.peak_flops > LOW.peak_flops
     lines = disturbed.summary().splitlines()
     note = next(line for line in lines if "ran on a busy machine" in line)
     mfu = next(line for line in lines if line.startswith("MFU"))
     roof = format_rate(used.peak_flops, "FLOP/s")
+    if disturbed.layers_rough:  # (a loaded machine's) rows rough as a whole raise no roof
+        assert used == LOW and "raised" not in note and f"peak {roof}" in mfu
+        return
+    assert "compute" in used.raised and used.peak_flops > LOW.peak_flops
     # the note said only the bare probe (1.00 MFLOP/s) beside an MFU against the raised roof
     assert f"compute {roof}" in note and "raised to what layers of this run reached" in note
     assert f"peak {roof}" in mfu
@@ -57,7 +60,7 @@ def test_the_plot_draws_the_roof_the_table_and_summary_use_and_says_why(disturbe
     util = disturbed.utilization("probe")
     assert util.convention.peaks.peak_flops == pytest.approx(used.peak_flops)
     # no row above the roof, unless its time is marked rough (under load: passes scattered
-    # wider than their median prove by the median plus that spread, and read above it)
+    # wider than their median, or every row where the layers are rough, prove nothing)
     rough = disturbed.to_dataframe()["latency_rough"].to_numpy(dtype=bool)
     mfu = util.rows["mfu"].to_numpy(dtype=float)
     assert not (mfu[~rough] > 1 + 1e-9).any()

@@ -23,6 +23,7 @@ from modelprof.report.roofline import (
     peak_notes,
     run_peaks,
     scattered,
+    with_read_times,
 )
 from modelprof.runtime import env
 from modelprof.timing.peaks import (
@@ -463,27 +464,67 @@ def test_probed_roofs_rise_to_what_a_row_achieved() -> None:
     assert (add_roofline(faster, PROBED)["efficiency"] <= 1 + 1e-12).all()
 
 
-def test_a_row_whose_passes_scatter_wider_than_its_median_proves_by_its_slow_end() -> None:
+def test_a_row_whose_passes_scatter_wider_than_its_median_proves_no_roof() -> None:
     # a loaded resnet18's layer3.1.conv1 read 0.43 ms (std 40 ms) beside its twin's 7.87 ms:
-    # 231 MFLOP "proved" 539 GFLOP/s on a 2-core CPU. Here fast_compute keeps its 3e9 FLOP in
-    # 1 ms = 3e12 FLOP/s, now with its passes scattered by 2 ms: it proves by 1 + 2 = 3 ms,
-    # 1e12 FLOP/s, no more than the probe's 1e12
+    # 231 MFLOP "proved" 539 GFLOP/s on a 2-core CPU. Proving by the median plus the spread
+    # instead, a loaded CLI run's layer1.1 (465 MFLOP, 1.60 ms, std 3.88 ms) raised compute to
+    # 465e6 / 5.48 ms = 84.84 GFLOP/s while its row read 290 GFLOP/s, efficiency 3.4, rough: a
+    # roof no row of the table reached. Here fast_compute (3e9 FLOP in 1 ms = 3e12 FLOP/s)
+    # scatters by 2 ms: it proves nothing
+    from modelprof.report.report import _short_own_rows
+
     df = _fast_rows().assign(latency_std_ms=[2.0, 1e-5, 0.1, 0.2])
     assert scattered(df).tolist() == [True, False, False, False]  # 2 > 1; the rest below
     seen = observed_peaks(df, PROBED)
     # the parent's 4e9 FLOP in 2 ms = 2e12 FLOP/s raises compute instead; L1 as before
     assert seen.raised == ("compute", "L1")
     assert seen.peak_flops == pytest.approx(2e12)
-    # every row scattered: fast_compute 3e9 / 3 ms = 1e12, the parent 4e9 / (2 + 3) ms =
-    # 8e11: neither above the probe's 1e12, so compute stays; L1 as before (its std small)
+    # every row scattered but fast_l1 (its std 1e-5 under its 0.5e-4 ms): compute stays
     wide = df.assign(latency_std_ms=[2.0, 1e-5, 2.0, 3.0])
     assert observed_peaks(wide, PROBED).raised == ("L1",)
-    # a probe far below (a busy machine's 1e6 FLOP/s): a scattered row still proves its slow
-    # end, 3e9 FLOP / 3 ms = 1e12
+    # a probe far below (a busy machine's 1e6 FLOP/s): still no scattered row raises it, and
+    # each row above it is marked rough; the roof raised (L1) is the rate its row reads
     low = dataclasses.replace(PROBED, peak_flops=1e6)
-    assert observed_peaks(wide, low).peak_flops == pytest.approx(1e12)
+    assert observed_peaks(wide, low).peak_flops == pytest.approx(1e6)
+    out = add_roofline(wide, low)
+    rough = _short_own_rows(out)
+    # fast_compute 3e9 / 1e6 = 3000 s of roofline time in 1 ms; slow 1e6 / 1e6 = 1 s in 1 ms;
+    # parent 4e9 / 1e6 s in 2 ms: all above, all scattered: rough
+    assert rough.tolist() == [True, False, True, True]
+    assert (out["efficiency"][~rough] <= 1 + 1e-12).all()
+    # fast_l1's 32768 B in 0.5e-4 ms = 655.36 GB/s: its row's rate, the L1 roof raised
+    assert out.loc[1, "achieved_gbps"] == pytest.approx(655.36)
+    assert observed_peaks(wide, low).levels[0].bandwidth == pytest.approx(655.36e9)
     # no spread column (a frame of the user's, a single pass): the median as ever
     assert observed_peaks(_fast_rows(), PROBED).peak_flops == pytest.approx(3e12)
+
+
+def test_a_row_marked_rough_raises_no_roof() -> None:
+    # a loaded CLI run's layers were rough as a whole (every row latency_rough), yet its
+    # layer1.1.relu #2 raised the L1 roof (efficiency exactly 1, marked rough). A row marked
+    # rough proves nothing: here fast_compute (3e12 FLOP/s over the probed 1e12) is rough, the
+    # parent's 4e9 FLOP in 2 ms = 2e12 FLOP/s raises compute instead
+    df = _fast_rows().assign(latency_rough=[True, False, False, False])
+    seen = observed_peaks(df, PROBED)
+    assert seen.raised == ("compute", "L1") and seen.peak_flops == pytest.approx(2e12)
+    # every row rough: the probe's roofs stand
+    assert observed_peaks(df.assign(latency_rough=True), PROBED) == PROBED
+
+
+def test_a_report_whose_layers_are_rough_marks_every_timed_row_so_for_its_roofs() -> None:
+    # with_read_times is what a report's rows prove its roofs by (run_peaks, to_dataframe,
+    # plot_roofline): layers rough as a whole mark every timed row rough, which proves nothing
+    from types import SimpleNamespace
+
+    rows = [SimpleNamespace(latency_read_ms=t) for t in (1.0, 0.5e-4, 1.0, 2.0)]
+    df = _fast_rows()
+    df.loc[2, "latency_ms"] = np.nan  # an untimed row is never rough
+    rough = with_read_times(df, SimpleNamespace(rows=rows, layers_rough=True))
+    assert rough["latency_rough"].tolist() == [True, True, False, True]
+    assert observed_peaks(rough, PROBED) == PROBED
+    quiet = with_read_times(df, SimpleNamespace(rows=rows, layers_rough=False))
+    assert "latency_rough" not in quiet.columns
+    assert observed_peaks(quiet, PROBED).raised == ("compute", "L1")
 
 
 def test_a_self_row_proves_no_roof_and_reads_rough_above_it() -> None:
@@ -687,14 +728,14 @@ def test_one_peak_per_run_for_the_mfu_the_table_and_the_plot() -> None:
         )
     df = report.to_dataframe()
     timed = df[df["latency_ms"] > 0]
-    # the compute roof: the best FLOP/s a row proved, flops / its proof's time (ms -> s): its
-    # latency, or where its passes scatter wider than their median (a loaded machine's 3
-    # passes, one preempted) the median plus that spread; no less than half its span as read
-    scatter = timed["latency_std_ms"] > timed["latency_ms"]
-    proof = timed["latency_ms"] + timed["latency_std_ms"].where(scatter, 0.0)
+    # the compute roof: the best FLOP/s a row proved, flops / its latency (ms -> s), of the
+    # rows not marked rough (the layers rough as a whole mark all), not scattered wider than
+    # their median (a loaded machine's 3 passes, one preempted) and not read at less than half
+    # their span as read; the probe's where none proves more
     read = pd.Series([r.latency_read_ms for r in report.rows], index=df.index)[timed.index]
-    proof = np.maximum(proof, read.fillna(0.0) / 2)
-    best = float((timed["flops"] / (proof * 1e-3)).max())
+    proves = ~timed["latency_rough"] & ~pd.Series(scattered(timed), index=timed.index)
+    proves &= ~(timed["latency_ms"] < read / 2)
+    best = max([1e6, *(timed["flops"] / (timed["latency_ms"] * 1e-3))[proves]])
     u = report.utilization()
     assert u.convention.peaks.peak_flops == pytest.approx(best)
     assert u.by_peak == {"probe": u.mfu}
@@ -702,10 +743,13 @@ def test_one_peak_per_run_for_the_mfu_the_table_and_the_plot() -> None:
     expected = 2 * timed["macs"] / (timed["latency_ms"] * 1e-3 * best)
     assert timed["mfu"].to_numpy() == pytest.approx(expected.to_numpy())
     assert list(u.rows["mfu"].fillna(-1)) == list(df["mfu"].fillna(-1))
-    # no row above the peak it is judged against, unless its time is marked rough (one that
-    # scattered proves less than its median reads)
+    # no row above the peak it is judged against, unless its time is marked rough (which
+    # proves nothing)
     assert (timed["mfu"][~timed["latency_rough"]] <= 1 + 1e-9).all()
     assert timed["latency_rough"][timed["mfu"] > 1 + 1e-9].all()
+    if best == 1e6:  # every row rough (a loaded machine's): nothing raised, nothing said
+        assert "raised to what a layer" not in report.summary()
+        return
     # the summary says in words where the peak came from
     assert "raised to what a layer of this run reached: the probe was disturbed" in (
         report.summary()
@@ -755,12 +799,11 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     own = timed["module"].str.endswith("(self)")
     spans = timed[~own]
     level_bw = spans["memory_level"].map(bandwidth).to_numpy(dtype=float)
-    # (but for a span the hooks' measured cost took more than half of, which proves by that
-    # half, as read: such a row's time is short of half its span as read, and marked rough;
-    # a loaded machine's; and a span whose passes scatter wider than its median, which proves
-    # nothing and is marked rough too)
+    # (but for a span the hooks' measured cost took more than half of, a span whose passes
+    # scatter wider than its median, and every span where the layers are rough as a whole (a
+    # loaded machine's): they prove nothing, and above their roof they are marked rough)
     read = np.array([r.latency_read_ms for r in report.rows])[timed.index[~own]]
-    cut = (spans["latency_ms"].to_numpy() < read / 2) | scattered(spans)
+    cut = (spans["latency_ms"].to_numpy() < read / 2) | scattered(spans) | report.layers_rough
     above = (spans["efficiency"] > 1 + 1e-9).to_numpy()
     assert (cut[above]).all() and spans["latency_rough"].to_numpy()[above].all()
     spans, level_bw = spans[~cut], level_bw[~cut]
@@ -870,12 +913,12 @@ def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
     assert "busy machine" not in q.summary()
 
 
-def test_a_row_proves_a_roof_by_no_less_than_half_its_span_as_read() -> None:
+def test_a_row_the_hooks_cost_took_over_half_of_proves_no_roof() -> None:
     # a newcomer's loaded resnet18: 187 us a hooked call taken off left downsample.0 at 9.6 us,
     # "proving" 1.34 TFLOP/s on a 2-core CPU probed at 156 GFLOP/s. Here fast_compute's 3e9
     # FLOP read 1 ms once the hooks' cost was taken off, 6 ms as spanned: the correction took
-    # more than half of the span, so it proves by 3 ms (1e12 FLOP/s: no more than the probe);
-    # the parent (4e9 FLOP, 8 ms as read, 2 ms corrected: by 4 ms, 1e12 FLOP/s) neither
+    # more than half of the span, so it proves nothing; the parent (4e9 FLOP, 8 ms as read,
+    # 2 ms corrected) neither
     from modelprof.report.report import _short_own_rows
 
     df = _fast_rows().assign(latency_read_ms=[6.0, 0.5e-4, 1.0, 8.0])

@@ -222,8 +222,8 @@ class Report(Exports):
             return self._torchstat_frame(None)
         step = self.training_step is not None
         df = modelprof_frame(self.rows, self.timed, step)
-        if self.timed:  # each row's span as read: what it proves a roof by (dropped below)
-            df = with_read_times(df, self.rows)
+        if self.timed:  # each row's span as read, rough marks: what proves a roof (dropped below)
+            df = with_read_times(df, self)
         if self.peaks is not None:
             df = add_roofline(df, self.peaks)
             if self.timed:  # mfu, mbu (and hfu for a training step), default convention
@@ -235,6 +235,7 @@ class Report(Exports):
         lt = self.layer_timing
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
+            df = df.drop(columns="latency_rough", errors="ignore")  # (with_read_times'), last
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
         backward = self.backward_agreement
@@ -783,7 +784,7 @@ class Report(Exports):
                 f"{report_peak_dtype(self)!r})"
             )
         df = self.to_dataframe()  # (the roofs a row proves: by its span as read)
-        return plot_roofline(with_read_times(df, self.rows) if self.timed else df, peaks, **kw)
+        return plot_roofline(with_read_times(df, self) if self.timed else df, peaks, **kw)
 
     # -- display --------------------------------------------------------------------------------
     def _title(self) -> str:
@@ -1164,8 +1165,8 @@ def _short_row_causes(df: pd.DataFrame) -> dict[str, pd.Series]:
     ``(self)`` row (its parent's span less its children's) faster than the roof it is judged
     against (efficiency above 1, which for a measured row raises the probed roof instead);
     ``cut``, a measured row's faster than its roof where the hooks' correction took more than
-    half of its span as read (``PROOF_COLUMN``: it proved that roof by the half,
-    ``roof_proofs``); ``scattered``, one faster than its roof whose passes scatter wider than
+    half of its span as read (``PROOF_COLUMN``: it proved none, ``roof_proofs``);
+    ``scattered``, one faster than its roof whose passes scatter wider than
     its median (:func:`scattered`: it proved none). Above a roof given or looked up, a row's
     time stands otherwise, its efficiency above 1 saying so."""
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)

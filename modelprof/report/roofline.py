@@ -163,22 +163,20 @@ def roof_proofs(
     less its children's, which the hooks' correction and the load can leave short (a loaded
     resnet18's ``layer2.0.(self)`` at 3x112x112, 25,088 FLOP, read 0.18 us: 139 GFLOP/s over a
     101 GFLOP/s probe). Nor does a row's time less the hooks' cost where that cost took more
-    than half of its span as read (``latency_read_ms``, where ``df`` has it): it proves by that
-    half (a loaded newcomer's ``downsample.0``, 9.6 us after 187 us a hooked call were taken
-    off, "proved" 1.34 TFLOP/s on a 2-core CPU probed at 156 GFLOP/s; such a row, faster than
-    its roof, is marked rough instead). A row whose passes scatter wider than its median
-    (:func:`scattered`) proves by its median plus that spread, a time its passes support. Empty
-    for peaks that are not a probe's."""
+    than half of its span as read (``latency_read_ms``, where ``df`` has it: a loaded
+    newcomer's ``downsample.0``, 9.6 us after 187 us a hooked call were taken off, "proved"
+    1.34 TFLOP/s on a 2-core CPU probed at 156 GFLOP/s), a row whose passes scatter wider than
+    its median (:func:`scattered`), or one marked rough (``latency_rough``): faster than its
+    roof, such a row is marked rough, and a roof a row raised is the rate its table row reads
+    (a loaded CLI run's note raised compute to 84.84 GFLOP/s by a block's median plus its
+    spread, while its row read 290 GFLOP/s, efficiency 3.4). Empty for peaks that are not a
+    probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
     flops, traffic, latency, timed = _work(df, latency_column)
-    timed &= ~own_rows(df)  # a difference of spans: read low, it proves nothing of the device
-    wide = scattered(df, latency_column)
-    if wide.any():  # proves by its passes' slow end, the median plus their spread
-        latency = np.where(wide, latency + _spread(df, latency_column), latency)
+    timed &= ~own_rows(df) & ~scattered(df, latency_column) & ~_rough(df, latency_column)
     if latency_column == "latency_ms" and PROOF_COLUMN in df.columns:
-        half = df[PROOF_COLUMN].to_numpy(dtype=float) / 2
-        latency = np.where(np.isfinite(half), np.maximum(half, latency), latency)
+        timed &= ~(latency < df[PROOF_COLUMN].to_numpy(dtype=float) / 2)  # (NaN: not cut)
     if not timed.any():
         return {}
     seconds = np.where(timed, latency, np.inf) / 1e3
@@ -201,13 +199,21 @@ def roof_proofs(
 def scattered(df: pd.DataFrame, latency_column: str = "latency_ms") -> np.ndarray:
     """Per row: its passes' standard deviation (``latency_std_ms``) above its median, which
     is then no time its passes support (a loaded resnet18's ``layer3.1.conv1`` read 0.43 ms,
-    std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves a
-    roof only by its median plus that spread, and faster than its roof it is rough. False
-    where ``df`` has no spread."""
+    std 40 ms, beside 7.87 ms for its twin, and "proved" 539 GFLOP/s on 2 cores): it proves no
+    roof, and faster than its roof it is rough. False where ``df`` has no spread."""
     std = _spread(df, latency_column)
     if std is None or latency_column not in df.columns:
         return np.zeros(len(df), dtype=bool)
     return np.isfinite(std) & (std > df[latency_column].to_numpy(dtype=float))
+
+
+def _rough(df: pd.DataFrame, latency_column: str) -> np.ndarray:
+    """Per row: its time marked rough (``latency_rough`` beside ``latency_ms``, where ``df`` has
+    it: :func:`with_read_times` marks a report's rows so where its layers are rough as a whole)."""
+    flag = latency_column.removesuffix("_ms") + "_rough"
+    if flag not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df[flag].fillna(False).to_numpy(dtype=bool)
 
 
 def _spread(df: pd.DataFrame, latency_column: str) -> np.ndarray | None:
@@ -256,13 +262,18 @@ def run_peaks(report: Any) -> Peaks | None:
     if not isinstance(peaks, Peaks) or peaks.source != "probe" or not report.timed:
         return peaks
     frame = modelprof_frame(report.rows, True, report.training_step is not None)
-    return observed_peaks(with_read_times(frame, report.rows), peaks)
+    return observed_peaks(with_read_times(frame, report), peaks)
 
 
-def with_read_times(df: pd.DataFrame, rows: Any) -> pd.DataFrame:
-    """``df`` (one row per row of ``rows``, in order) with each row's span as read
-    (``PROOF_COLUMN``), what it proves a roof by."""
-    return df.assign(**{PROOF_COLUMN: [r.latency_read_ms for r in rows]})
+def with_read_times(df: pd.DataFrame, report: Any) -> pd.DataFrame:
+    """``df`` (one row per row of ``report.rows``, in order) with each row's span as read
+    (``PROOF_COLUMN``: a row the hooks' cost took more than half of proves no roof) and, where
+    the report's layers are rough as a whole (``layers_rough``), every timed row marked rough
+    (``latency_rough``), proving none (a loaded run's all-rough rows raised its L1 roof)."""
+    df = df.assign(**{PROOF_COLUMN: [r.latency_read_ms for r in report.rows]})
+    if report.layers_rough and "latency_ms" in df.columns:
+        df["latency_rough"] = df["latency_ms"].notna()
+    return df
 
 
 _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
