@@ -136,6 +136,10 @@ def test_agreement_needs_both_disjoint_intervals_and_a_gap_beyond_the_tolerance(
     # quote" while its quote field named the clean median)
     assert wide.quote == "clean" and wide.quote_ms == clean.median_ms
     assert "stands on its own" in wide.note() and "neither" not in wide.note()
+    # what was judged is the clean runs' own load (Measurement.loaded), not the machine's: a
+    # run's backward note said "an unloaded machine" beside the forward's LoadedMachineWarning
+    assert "its own runs showed no load" in wide.note()
+    assert "unloaded machine" not in wide.note()
     # both wide: neither stands, and the quote says so
     noisy = judge_agreement(_measurement(10.0, 2.0, 4), _measurement(20.0, 2.0, 3), 13.0)
     assert noisy.verdict == "imprecise" and noisy.quote == "none"

@@ -224,7 +224,8 @@ class TimingAgreement:
         if self.quote == "clean":
             return (
                 f"{head}; {w['clean']} median {_ms(self.clean_ms)} stands on its own "
-                f"(a tight interval, an unloaded machine): quote it, and read {w['rows']} "
+                "(a tight interval, and its own runs showed no load, whatever other timings "
+                f"of this run showed): quote it, and read {w['rows']} "
                 "as rough"
             )
         return (
