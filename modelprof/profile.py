@@ -521,9 +521,9 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
     if outside:
         many = len(outside) > 1
         warn_user(
-            f"modelprof: module{'s' * many} {', '.join(outside)} {'have' if many else 'has'} "
-            "parameters but ran no op modelprof counts, and returned a tensor torch did not "
-            "make: work done outside torch (numpy, a C extension) is not counted (MACs and "
+            f"modelprof: module{'s' * many} {', '.join(outside)} ran no op modelprof counts "
+            "and returned a tensor that is none of its inputs, parameters or buffers (nor a view "
+            "of them): work done outside torch (numpy, a C extension) is not counted (MACs and "
             "FLOPs read 0 there)",
             ModelProfWarning,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -700,8 +701,30 @@ class _Outside(nn.Module):
 def test_a_layer_with_parameters_that_ran_no_op_but_made_its_output_is_named():
     # a trial's numpy matmul read MACs 0 and FLOPs 0 with no word; an Embedding (its gather op),
     # a table handed on as a view, a module returning its input and an Identity are not named
-    with pytest.warns(ModelProfWarning, match=r"numpy \(_NumpyLinear\) has parameters") as got:
+    with pytest.warns(ModelProfWarning, match=r"numpy \(_NumpyLinear\) ran no op") as got:
         r = profile(_Outside().eval(), (8,), batch_size=2, timing=False)
     assert r.totals["macs"] == 0  # still counted as 0: only said
     outside = [str(w.message) for w in got if "outside torch" in str(w.message)]
     assert len(outside) == 1 and not any(n in outside[0] for n in ("table", "emb", "holder"))
+
+
+class _NumpyExp(nn.Module):
+    """No parameters; numpy computes its output: no op reaches the dispatcher."""
+
+    def forward(self, x):
+        return torch.from_numpy(np.exp(x.detach().numpy()))
+
+
+def test_a_parameter_free_layer_working_outside_torch_is_named_and_moves_its_bytes():
+    # a leaf of views only reads and writes 0 B; one that ran no op but made its output (numpy)
+    # is no view: it reads its 2 x 8 float32 input (64 B) and writes its output (64 B), and is
+    # named as work outside torch (it read 0 B and went unnamed: only leaves with parameters
+    # were checked)
+    model = nn.Sequential(nn.Flatten(), _NumpyExp())
+    with pytest.warns(ModelProfWarning, match=r"1 \(_NumpyExp\) ran no op") as got:
+        df = profile(model, (8,), batch_size=2, timing=False).to_dataframe().set_index("module")
+    assert [df.loc[m, ["read_bytes", "write_bytes"]].tolist() for m in ("0", "1")] == [
+        [0, 0],
+        [64, 64],
+    ]
+    assert not any("0 (Flatten)" in str(w.message) for w in got)

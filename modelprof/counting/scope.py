@@ -91,7 +91,7 @@ class CallRecord:
     backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
     values: dict[str, Any] | None = None  # the instruments' readings, by column
     tokens: list | None = None  # what the instruments' ``enter`` gave, while it runs
-    # a leaf with parameters that ran no op yet returned a tensor torch did not make from its
+    # a leaf that ran no op yet returned a tensor torch did not make from its
     # inputs or its own tensors: its work ran outside torch (numpy, a C extension), uncounted
     outside: bool = False
 
@@ -377,7 +377,7 @@ class Tracker:
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
             record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
         record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
-        if not record.ops and record.param_bytes and not record.has_submodules:
+        if not record.ops and not record.has_submodules:  # (with parameters or without)
             record.outside = _made_outside(module, (args, kwargs), output)
         record.finished = True
         self.finished.append(record)
