@@ -1038,11 +1038,17 @@ def _model_run() -> Iterator[None]:
     try:
         yield
     except ModelProfError as e:
-        cause = e.__cause__
-        while isinstance(cause, ModelProfError):
-            cause = cause.__cause__
-        e.model_failed = cause is not None and cause.__traceback__ is not None
+        e.model_failed = _raised_by_model(e)
         raise
+
+
+def _raised_by_model(e: ModelProfError) -> bool:
+    """Whether ``e`` stands for an error the model's code (or torch's) raised: its first cause
+    that is not modelprof's own was raised (has a traceback)."""
+    cause = e.__cause__
+    while isinstance(cause, ModelProfError):
+        cause = cause.__cause__
+    return cause is not None and cause.__traceback__ is not None
 
 
 def _run_throughput(ctx: _Context) -> int | None:
@@ -1074,6 +1080,8 @@ def _run_throughput(ctx: _Context) -> int | None:
                 **options,
             )
         except ModelProfError as e:  # the others go on, as compare's do
+            if not _raised_by_model(e):  # a refusal of what was typed: a usage error, exit 2
+                raise
             warn_user(f"{spec} failed, no throughput measured: {e}", ModelProfWarning)
             print(f"# {spec}  failed (the warning on stderr says why)\n", file=ctx.stdout)
             failed.append(spec)

@@ -49,3 +49,7 @@ def test_a_model_that_fails_to_run_exits_1_a_refused_flag_2(
     # what was typed wrong stays a usage error: a model name, a flag combination
     assert main(["profile", "resnet1", "--no-timing"]) == 2
     assert main(["profile", f"{nets}:narrow", "--dtype", "float64", "--amp", "bf16"]) == 2
+    # throughput as profile: --tokens to a model that takes no token ids is what was typed, 2
+    # (it was filed as a failed model, 1, once per model)
+    assert main(["profile", f"{nets}:narrow", "--tokens", "8", "--no-timing"]) == 2
+    assert main(["throughput", f"{nets}:narrow", "--tokens", "8", "--max-batch", "1"]) == 2
