@@ -663,10 +663,12 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
         if spec.input_size is not None and TOKEN_IDS_ADVICE in str(e):
-            raise ModelProfError(
+            refused = ModelProfError(
                 f"input_size={_shapes_text(spec.input_size)}: {type(model).__name__} takes "
                 f"integer token ids: {_FIT_TOKEN_IDS}"
-            ) from e
+            )
+            refused.forward_failed = str(refused)  # (a spec's own size: its weights alone)
+            raise refused from e
         if spec.input_size is not None:  # activations asked for: refused as profile refuses
             refused = ModelProfError(
                 f"input_size={', '.join(map(str, spec.input_size))} (batch excluded): fit counts "

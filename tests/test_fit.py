@@ -1063,6 +1063,15 @@ def test_the_command_line_counts_weights_where_the_specs_own_input_size_fails(tm
     # (exit status 1: the model failed to run there, as profile's does)
     assert main(["fit", f"{spec}:build", "--memory", "2GB", "--input-size", "3"]) == 1
     assert "forward pass failed" in capsys.readouterr().err
+    # a token-id model whose spec records a float input size: the same fallback (its refusal,
+    # fit's own words for a model it cannot feed ids, ended the run instead)
+    spec.write_text(
+        "from torch import nn\nINPUT_SIZE = (3,)\ndef build():\n"
+        "    return nn.Sequential(nn.Embedding(100, 8))\n"
+    )
+    assert main(["fit", f"{spec}:build", "--memory", "2GB"]) == 0
+    out, err = capsys.readouterr()
+    assert "weights and states only" in out and "cannot size this model's activations" in err
 
 
 def test_a_sequence_classifier_is_counted_without_token_labels():
