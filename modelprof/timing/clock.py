@@ -192,8 +192,9 @@ class CpuClock(Clock):
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         wall, cpu, other = self._read(phases, n, between)
         cpu_tare, other_tare = self.tare(len(phases))
-        self.cpu_parts.append(cpu - cpu_tare)
-        self.other_parts.append(other - other_tare)
+        # (never below 0: a phase shorter than the reads' jitter spent no less than nothing)
+        self.cpu_parts.append(np.maximum(cpu - cpu_tare, 0.0))
+        self.other_parts.append(np.maximum(other - other_tare, 0.0))
         return wall
 
     def tare(self, p: int) -> tuple[np.ndarray, np.ndarray]:
