@@ -1,6 +1,7 @@
 """Memory to fit a generation: weights + KV cache and token ids at (batch, context) + a step's
-activations (estimated: the largest inputs + outputs of one leaf call), per phase; and the
-largest batch or context that fits. On CUDA the allocator's measured peak sits beside it (``GenerationTiming``).
+activations (estimated: the largest inputs + outputs of one leaf call), per phase; and the largest
+batch or context that fits. On CUDA the allocator's measured peak sits beside it
+(``GenerationTiming``).
 """
 
 from __future__ import annotations
@@ -84,16 +85,16 @@ def activation_bytes(records: list[Any]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens. One
-    sequence's cache at ``c`` tokens: ``kv_per_token_bytes x c + window_per_token_bytes x
-    min(c, window_tokens) + state_per_seq_bytes``; its token ids: ``ids_per_token_bytes x c``
-    (as :func:`modelprof.fit` counts them, batch x context ids in their own row); its activations: the largest of one leaf
-    call's inputs + outputs in the profiled phases (a prefill of ``prompt_len`` tokens, the
-    decode steps), and for a longer prompt its prefill's, counted on meta (``count_prefill``:
-    one sequence's bytes at a prompt length, None where that count failed; itself None where
-    the model cannot be fed token ids alone there: then the profiled prompt's figures stand,
-    which ``prefill_note`` says). Counts stop at ``max_positions`` (``COUNT_CAP`` tokens where
-    that is unknown), past which the last count grows in proportion."""
+    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens. One sequence's
+    cache at ``c`` tokens: ``kv_per_token_bytes x c + window_per_token_bytes x min(c, window_tokens)
+    + state_per_seq_bytes``; its token ids: ``ids_per_token_bytes x c`` (as :func:`modelprof.fit`
+    counts them, batch x context ids in their own row); its activations: the largest of one leaf
+    call's inputs + outputs in the profiled phases (a prefill of ``prompt_len`` tokens, the decode
+    steps), and for a longer prompt its prefill's, counted on meta (``count_prefill``: one
+    sequence's bytes at a prompt length, None where that count failed; itself None where the model
+    cannot be fed token ids alone there: then the profiled prompt's figures stand, which
+    ``prefill_note`` says). Counts stop at ``max_positions`` (``COUNT_CAP`` tokens where that is
+    unknown), past which the last count grows in proportion."""
 
     weights_bytes: int
     kv_per_token_bytes: float  # one sequence, the layers that keep every token
@@ -223,10 +224,10 @@ class MemoryPlan:
     def max_batch(
         self, memory_bytes: float, context: int | None = None, prompt_len: int | None = None
     ) -> int:
-        """The largest batch whose weights + KV and token ids at ``context`` + activations fit, prompts of
-        ``prompt_len`` tokens (None: as long as the context, the longest a request there may
-        bring); a context past the model's ``max_positions`` is refused (none fits the model,
-        as :meth:`max_context` never answers one)."""
+        """The largest batch whose weights + KV and token ids at ``context`` + activations fit,
+        prompts of ``prompt_len`` tokens (None: as long as the context, the longest a request there
+        may bring); a context past the model's ``max_positions`` is refused (none fits the model, as
+        :meth:`max_context` never answers one)."""
         memory_bytes = memory_bytes_arg(memory_bytes)
         c = check_int("context", self.context if context is None else context)
         if self.max_positions is not None and c > self.max_positions:

@@ -1,10 +1,10 @@
 """The timing recipe in one place: option checks, warm-up, and the adaptive stop.
 
 Warm-up (``warmup=None``) runs a callable at least ``WARMUP_MIN_ITERS`` times AND for at least
-``warmup_s`` seconds after its first call, synchronising after each call (lazy initialisation, cuDNN autotuning, GPU
-clocks). ``WARMED`` remembers the input signatures already warmed per callable: a known one gets
-``REWARM_ITERS`` calls and ``min(warmup_s, REWARM_S)`` seconds, a new shape the full warm-up.
-``warmup=<int>`` runs exactly that many calls.
+``warmup_s`` seconds after its first call, synchronising after each call (lazy initialisation, cuDNN
+autotuning, GPU clocks). ``WARMED`` remembers the input signatures already warmed per callable: a
+known one gets ``REWARM_ITERS`` calls and ``min(warmup_s, REWARM_S)`` seconds, a new shape the full
+warm-up. ``warmup=<int>`` runs exactly that many calls.
 
 Sampling (``collect``) takes *blocks* of back-to-back calls of about ``BLOCK_S`` seconds (at most
 ``MAX_BLOCK`` calls; one synchronize per block on CUDA; ``budget_s / min_blocks`` when shorter).
