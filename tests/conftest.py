@@ -6,8 +6,11 @@ profile on a fake group, sweep, register_formula, token_inputs and the command l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from helpers import MLP_NETS
 
 COMPAT = frozenset(
     {
@@ -35,6 +38,16 @@ COMPAT = frozenset(
         "test_cli_tokens.py",
     }
 )
+
+
+@pytest.fixture
+def nets(tmp_path: Path) -> Path:
+    """A model file of ``helpers.MLP_NETS``: two MLPs of closed-form cost on a (10,) input
+    (``narrow``, ``wide``) and ``broken`` (a Linear(11, 40)), which fails on it: the command
+    line's tests' MODEL words (test_sweep.py has a file of its own by that name)."""
+    f = tmp_path / "nets.py"
+    f.write_text(MLP_NETS)
+    return f
 
 
 @pytest.fixture

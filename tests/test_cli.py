@@ -13,21 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import MLP_NETS
 
 from modelprof import cli
 from modelprof.cli import build_parser, main, parse_formats, parse_input_size_arg
 from modelprof.errors import ModelProfError
 from modelprof.render.csvio import read_csv
 from modelprof.render.jsonio import read_json
-
-
-@pytest.fixture
-def nets(tmp_path: Path) -> Path:
-    """A model file with two MLPs of closed-form cost on a (10,) input."""
-    f = tmp_path / "nets.py"
-    f.write_text(MLP_NETS)
-    return f
 
 
 def _row(markdown: str, name: str) -> str:

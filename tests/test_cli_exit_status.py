@@ -7,17 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import MLP_NETS
 
 from modelprof.cli import main
-
-
-@pytest.fixture
-def nets(tmp_path: Path) -> Path:
-    """``narrow`` runs on its (10,) input; ``broken`` (a Linear(11, 40)) fails on it."""
-    f = tmp_path / "nets.py"
-    f.write_text(MLP_NETS)
-    return f
 
 
 def test_throughput_goes_past_a_failed_model_naming_its_model_word(

@@ -11,13 +11,6 @@ from helpers import MLP_NETS
 from modelprof.cli import FORMATS, main
 
 
-@pytest.fixture
-def nets(tmp_path: Path) -> Path:
-    f = tmp_path / "nets.py"
-    f.write_text(MLP_NETS)
-    return f
-
-
 def test_a_column_its_flags_leave_unfilled_names_the_flag(
     nets: Path, capsys: pytest.CaptureFixture
 ) -> None:
