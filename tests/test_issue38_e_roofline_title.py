@@ -59,6 +59,13 @@ def test_the_title_says_once_that_the_probe_was_disturbed_and_what_roofs_are_dra
     words = title.replace("\n", " ")
     caption = fig._supxlabel.get_text().replace("\n", " ")
     assert (words + caption).count("disturbed") == 1
+    assert "its wall time was 2.00x its CPU time" in caption
+    if not used.raised:  # a loaded run's rows all rough or scattered: none proves a roof
+        assert (
+            "The probe was disturbed (the machine was busy) and read low: its DRAM roof, "
+            "1.00 MB/s, is implausibly low" in words
+        )
+        return
     assert "The probe was disturbed (the machine was busy) and read low, so these roofs" in words
     # every raised roof once, at the rate the plot draws and the MFU uses, in one list
     assert "compute" in used.raised and "L1" in used.raised
