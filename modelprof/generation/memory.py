@@ -53,7 +53,7 @@ def check_run_fits(
     batch = max(spec.batch_sizes)
     source = batch * (source_len or 0)
     tokens = batch * spec.total_len
-    parts = {"the token ids": (tokens + source) * 8}
+    parts = {"the token ids": (tokens + source) * torch.int64.itemsize}
     config = getattr(model, "config", None)
     if device.type != "meta":
         hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
