@@ -107,6 +107,12 @@ class CallRecord:
         return not self.children and not self.ops and not self.outside
 
     @property
+    def working_leaf(self) -> bool:
+        """A leaf call that ran ops (or work outside torch): its inputs and outputs are
+        tensors it holds at once, the memory views' working set (views only hold none)."""
+        return not self.children and not self.only_aliases
+
+    @property
     def key(self) -> tuple[str, int]:
         return (self.name, self.call)
 

@@ -79,7 +79,7 @@ def _widest_embedding(model: Any) -> int | None:
 def activation_bytes(records: list[Any]) -> int:
     """The largest inputs + outputs of one leaf call (parameters not included; a leaf of
     views only holds no tensor of its own: ``report.memory``)."""
-    leaves = (r for r in records if not r.children and not r.only_aliases)
+    leaves = (r for r in records if r.working_leaf)
     return max((r.input_bytes + r.output_bytes for r in leaves), default=0)
 
 

@@ -78,7 +78,7 @@ def memory_facts(
     params = list(model.parameters())
     trainable = [held(p) for p in params if p.requires_grad and id(p) not in ungraded]
     params = [held(p) for p in params]
-    leaves = [r for r in records if not r.children and not r.only_aliases]
+    leaves = [r for r in records if r.working_leaf]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
     at = _inputs_reader(records)
     first = None if at is None else records[at]
@@ -111,7 +111,7 @@ def _inputs_reader(records: Sequence[Any]) -> int | None:
     root = next((r for r in records if r.parent is None), None)
     if root is None:
         return None
-    reads = (i for i, r in enumerate(records) if not r.children and not r.only_aliases)
+    reads = (i for i, r in enumerate(records) if r.working_leaf)
     return next((i for i in reads if records[i].input_shapes == root.input_shapes), None)
 
 
