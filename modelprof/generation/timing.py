@@ -27,7 +27,7 @@ import torch
 from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import MemoryStats, device_synchronize
-from modelprof.timing.clock import cpu_time_source, other_cpu_clock, thread_share
+from modelprof.timing.clock import CpuClock, cpu_time_source, other_cpu_clock, thread_share
 from modelprof.timing.interleave import interval_columns
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -195,6 +195,37 @@ class _Run:
         # each end to end's time on the other CPU clock, for the calling thread's share
         self.other: list[float] = []
         self.other_clock = other_cpu_clock(self.cpu_clock)
+        self.tare_ms = self._stamp_tare() if self.cpu_now is not None else 0.0
+
+    def _stamper(self, stamps: list[int], resumed: list[int], cpus: list[int]) -> Any:
+        """The callback ``generate`` calls as each token is ready: its wall stamp, its CPU
+        clock read, then the wall stamp its next step starts from. A loaded scheduler often
+        preempts at the CPU clock read (a system call): each step runs from the wall stamp
+        after the read, and the reads are out of the end to end."""
+        sync, perf = self.sync, time.perf_counter_ns
+        cpu = self.cpu_now or (lambda: 0)
+
+        def stamp() -> None:
+            sync()
+            stamps.append(perf())
+            cpus.append(cpu())
+            resumed.append(perf())
+
+        return stamp
+
+    def _stamp_tare(self) -> float:
+        """The CPU ms one stamp's own reads add to a step beyond its wall span (the CPU clock
+        read, which the wall span leaves out, and a wall stamp): the median over
+        ``CpuClock.TARE_SAMPLES`` empty steps, taken off each CPU figure as ``CpuClock`` takes
+        its tare off, so a step's CPU work is at most its wall time, as one thread's is."""
+        stamps: list[int] = []
+        resumed: list[int] = []
+        cpus: list[int] = []
+        stamp = self._stamper(stamps, resumed, cpus)
+        for _ in range(CpuClock.TARE_SAMPLES + 1):
+            stamp()
+        wall = np.asarray(stamps[1:], np.float64) - np.asarray(resumed[:-1], np.float64)
+        return max(float(np.median(np.diff(np.asarray(cpus, np.float64)) - wall)) / 1e6, 0.0)
 
     def __call__(self) -> float:
         stamps: list[int] = []  # each token ready
@@ -202,17 +233,11 @@ class _Run:
         cpus: list[int] = []
         sync, perf = self.sync, time.perf_counter_ns
         cpu = self.cpu_now or (lambda: 0)
-
-        # a loaded scheduler often preempts at the CPU clock read (a system call): each step
-        # runs from the wall stamp after the read, and the reads are out of the end to end
-        def stamp() -> None:
-            sync()
-            stamps.append(perf())
-            cpus.append(cpu())
-            resumed.append(perf())
+        stamp = self._stamper(stamps, resumed, cpus)
 
         sync()
-        c0, other0 = cpu(), self.other_clock()
+        other0 = self.other_clock()  # the CPU clocks read outside the spans, as CpuClock does
+        c0 = cpu()
         t0 = perf()
         self.lm.generate(self.prompt, self.n, stamp)
         sync()
@@ -221,11 +246,13 @@ class _Run:
         ends, starts = np.asarray(stamps[1:], np.float64), np.asarray(resumed[:-1], np.float64)
         self.ttft.append((stamps[0] - t0) / 1e6)
         self.steps.append((ends - starts) / 1e6)
-        if self.cpu_now is not None:
-            self.cpu["end_to_end"].append((c1 - c0) / 1e6)
+        if self.cpu_now is not None:  # less the reads' tare, each span's (never below 0)
+            tare = self.tare_ms
+            self.cpu["end_to_end"].append(max((c1 - c0) / 1e6 - tare * len(stamps), 0.0))
             self.other.append((other1 - other0) / 1e6)
-            self.cpu["ttft"].append((cpus[0] - c0) / 1e6)
-            self.cpu["steps"].append(np.diff(np.asarray(cpus, dtype=np.float64)) / 1e6)
+            self.cpu["ttft"].append(max((cpus[0] - c0) / 1e6 - tare, 0.0))
+            steps = np.diff(np.asarray(cpus, dtype=np.float64)) / 1e6
+            self.cpu["steps"].append(np.maximum(steps - tare, 0.0))
         return (t1 - t0 - (sum(resumed) - sum(stamps))) / 1e6
 
     def block(self, k: int) -> np.ndarray:
