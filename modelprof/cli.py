@@ -592,6 +592,7 @@ class _Context:
         self.stderr = stderr
         self.device = parse_device(args.device)  # refuses CUDA where it is not available
         self.dtype = parse_dtype(args.dtype)
+        _refuse_clashing_flags(args)  # before any model is built: a usage error, exit 2
         sizes = [parse_input_size_arg(s) for s in getattr(args, "input_size", None) or []]
         self.input_size: Any = None if not sizes else sizes[0] if len(sizes) == 1 else sizes
         for flag in ("batch_size", "max_batch", "tokens"):
@@ -754,8 +755,6 @@ class _Context:
         """What profile() and compare() take from the table options: the batch (None with
         ``named_inputs``, which carry theirs), device, dtype, timing, progress, budget and
         ``backward``/``optimizer``, when asked for."""
-        if self.args.optimizer is not None and not self.args.backward:
-            raise ModelProfError("--optimizer needs --backward (it times a training step)")
         step = {"backward": True, "optimizer": self.args.optimizer} if self.args.backward else {}
         return {
             "batch_size": None if named is not None else self.args.batch_size,
@@ -767,6 +766,27 @@ class _Context:
             **self.mode_options(),
             **step,
         }
+
+
+def _refuse_clashing_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that every model would refuse alike, naming both: a usage error (exit 2)
+    before any model is built, not each model failing on its own (compare's exit 1, "every
+    model failed"): the rules are profile()'s (``refuse_idle_amp``, ``refuse_eager_only``)."""
+    amp = getattr(args, "amp", None)
+    if amp is not None and args.dtype == "float64":
+        raise ModelProfError(
+            f"--amp {amp} with --dtype float64: autocast leaves float64 as it is, so nothing "
+            "would run at half precision; pass --dtype float32 with --amp, or drop --amp"
+        )
+    backward = getattr(args, "backward", False)
+    if getattr(args, "compile", False) and backward:
+        raise ModelProfError(
+            "--compile with --backward: training steps are timed eagerly, so nothing would "
+            "run compiled; drop --compile to time the training step, or --backward to time "
+            "the compiled forward"
+        )
+    if getattr(args, "optimizer", None) is not None and not backward:
+        raise ModelProfError("--optimizer needs --backward (it times a training step)")
 
 
 def _check_writers(formats: Sequence[str]) -> None:
@@ -1058,8 +1078,6 @@ def _run_throughput(ctx: _Context) -> int | None:
 
     args = ctx.args
     options = _throughput_options(ctx)
-    if args.optimizer is not None and not args.backward:  # before any model is built
-        raise ModelProfError("--optimizer needs --backward (it times a training step)")
     steps = " (whole training steps)" if args.backward else ""
     step = StepSpec.parse(optimizer=args.optimizer) if args.backward else None
     loaded = [(spec, *ctx.load(spec)) for spec in args.models]  # a typo costs no search

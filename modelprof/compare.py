@@ -50,7 +50,7 @@ from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import iter_tensors, shape_str
-from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode
+from modelprof.step.spec import StepSpec, loss_module, refuse_eager_only, refuse_inference_mode
 from modelprof.step.throughput import step_measure
 from modelprof.step.timing import StepTimer, compare_steps
 from modelprof.timing import measure_throughput
@@ -79,6 +79,7 @@ from modelprof.timing.options import (
     keyword_names,
     warn_unused_without_timing,
 )
+from modelprof.timing.peaks import refuse_idle_amp
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS, check_search_bounds
 
@@ -312,6 +313,11 @@ class _Run:
             dtype=dtype,
         )
         self.backward = backward is True
+        # what every model would refuse alike, once before any runs (not "every model failed")
+        if self.mode.dtype is not None:  # a dtype asked for: amp on float64 whatever the model
+            refuse_idle_amp(self.mode.dtype, self.mode.amp)
+        if self.backward:
+            refuse_eager_only(self.opts)
         self.batch_size, self.device, self.dtype = batch_size, device, dtype
         self.inputs: dict[str, Any] = {}  # each model's inputs (None: made from its size)
         self.tokens: dict[str, int] = {}  # the length of a model's token ids (tokens=)

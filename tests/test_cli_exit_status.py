@@ -44,3 +44,30 @@ def test_a_model_that_fails_to_run_exits_1_a_refused_flag_2(
     # (it was filed as a failed model, 1, once per model)
     assert main(["profile", f"{nets}:narrow", "--tokens", "8", "--no-timing"]) == 2
     assert main(["throughput", f"{nets}:narrow", "--tokens", "8", "--max-batch", "1"]) == 2
+
+
+@pytest.mark.parametrize(
+    "clash, said",
+    [
+        (["--dtype", "float64", "--amp", "bf16"], "--amp bfloat16 with --dtype float64"),
+        (["--backward", "--compile"], "--compile with --backward"),
+    ],
+)
+def test_flags_every_model_refuses_are_a_usage_error_before_any_model_is_built(
+    clash: list[str], said: str, nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # compare built and ran each model, which refused the flags alike: exit 1, "every model
+    # failed", the reason once per model; profile built its model before refusing them
+    unbuilt = tmp_path / "unbuilt.py"
+    unbuilt.write_text("def model():\n    raise RuntimeError('the model was built')\n")
+    for command in (
+        ["profile", f"{unbuilt}:model"],
+        ["compare", f"{unbuilt}:model", f"{nets}:narrow"],
+    ):
+        assert main([*command, *clash, "--no-timing"]) == 2  # what was typed: a usage error
+        err = capsys.readouterr().err
+        assert said in err and "was built" not in err
+    # models that would run otherwise: one refusal, not theirs each
+    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", *clash, "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert err.count(said) == 1 and "every model failed" not in err

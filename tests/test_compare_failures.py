@@ -362,3 +362,23 @@ def test_the_rates_print_as_counts_like_samples_per_s() -> None:
         a, b = (line.replace("|", " ").split() for line in out.splitlines()[-2:])
         assert a[1:] == ["181.88", "K", "2.24", "K", "181.88", "K"], out  # was 181884.32
         assert b[1:] == ["716.13", "K", "2.24", "K", "716.13", "K"], out
+
+
+@pytest.mark.parametrize(
+    "clash, said",
+    [
+        (dict(dtype=torch.float64, amp="bf16"), "amp=bfloat16 on a float64 run"),
+        (dict(backward=True, compile=True), "not supported with backward=True"),
+    ],
+)
+def test_options_every_model_refuses_are_refused_once_before_any_runs(clash, said):
+    # each model was profiled and refused them alike: "every model failed", the reason once
+    # per model, marked a failed model (the command line's exit status 1)
+    ran = []
+    models = {n: nn.Linear(4, 4) for n in "ab"}
+    for m in models.values():
+        m.register_forward_hook(lambda *_: ran.append(1))
+    with pytest.raises(ModelProfError, match=said) as err:
+        compare(models, (4,), timing=False, **clash)
+    assert "every model failed" not in str(err.value) and str(err.value).count(said) == 1
+    assert not getattr(err.value, "model_failed", False) and ran == []
