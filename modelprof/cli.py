@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError, ModelProfWarning, nearest_keywords, warn_user
+from modelprof.render.formats import export as export_table
 from modelprof.render.formats import get_format, needs_package, table_formats
 from modelprof.runtime.names import unique_name
 
@@ -1322,10 +1323,11 @@ def _add_sweep_parser(sub: Any) -> None:
     s.set_defaults(run=_run_sweep, **_NO_COMMON)
 
 
-#: The columns ``modelprof sweep`` prints (all of them are in the files).
+#: The columns ``modelprof sweep`` prints (all of them are in the files): ``root_latency_ms``
+#: is what a rough median's reason (``latency_unquotable``) says to quote.
 _SWEEP_SHOWN = (
     "model batch_size dtype mode timing status params macs flops latency_median_ms "
-    "latency_loaded cpu_work_median_ms rank wall_s"
+    "root_latency_ms latency_loaded cpu_work_median_ms rank wall_s"
 ).split()
 
 
@@ -1366,7 +1368,9 @@ def _run_sweep(ctx: _Context) -> int:
     if os.environ.get("RANK", "0") != "0":
         return int(failed > 0)  # one voice: rank 0 prints and has written the table
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
-    print(df[shown].to_string(index=False), file=ctx.stdout)
+    # the text format's rules, as every printed table's: a rough median ~ (its latency_rough,
+    # read from the whole frame), a missing value n/a, units in the cells
+    print(export_table("text", df, columns=shown), file=ctx.stdout)
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
         + (f" (their errors: the error column of {out / 'sweep.csv'})" if failed else "")

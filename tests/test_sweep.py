@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -52,6 +53,17 @@ def nets(tmp_path: Path) -> Path:
     f = tmp_path / "nets.py"
     f.write_text(textwrap.dedent(NETS))
     return f
+
+
+def _printed(out: str) -> list[dict[str, str]]:
+    """The rows of the table ``modelprof sweep`` printed, each a dict of its cells by header
+    (a column is a run of dashes in the rule under the headers)."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("-"))
+    spans = [m.span() for m in re.finditer("-+", lines[at])]
+    headers = [lines[at - 1][a:b].strip() for a, b in spans]
+    rows = lines[at + 1 : lines.index("", at)]
+    return [dict(zip(headers, (row[a:b].strip() for a, b in spans))) for row in rows]
 
 
 def _grid(nets: Path, *factories: str, **extra: object) -> dict:
@@ -275,8 +287,8 @@ def test_a_timed_row_says_whether_load_stretched_it(nets: Path, monkeypatch, cap
     config = nets.parent / "grid.json"
     config.write_text(json.dumps(grid))
     assert main(["sweep", str(config), "--out", str(nets.parent / "out")]) == 0
-    header, row = (line.split() for line in capsys.readouterr().out.splitlines()[:2])
-    assert row[header.index("latency_loaded")] == "True"  # (its own column: timing is True too)
+    (row,) = _printed(capsys.readouterr().out)
+    assert row["latency loaded"] == "yes"  # (its own column: timing is yes too)
 
 
 def test_bad_arguments_are_named(tmp_path: Path) -> None:
@@ -814,3 +826,31 @@ def test_measure_config_records_why_a_median_is_no_figure_to_quote(monkeypatch) 
     assert measure_config(config, "cpu")["latency_unquotable"] == "too few runs"
     monkeypatch.setattr(report_module.Report, "latency_unquotable", property(lambda s: None))
     assert measure_config(config, "cpu")["latency_unquotable"] == ""
+
+
+def test_the_printed_table_marks_a_rough_median_and_shows_the_root_row(
+    nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # it printed df.to_string(): a rough median as a plain number (27.7, its row's
+    # latency_rough unseen), a missing one NaN, and no root_latency_ms, the figure the reason
+    # says to quote; every other printed table marks it ~ and says n/a
+    import modelprof.report.report as report_module
+    from modelprof.cli import main
+    from modelprof.render.units import format_time_ms
+
+    rough = property(lambda self: "too few runs")  # the report says so, whatever the machine
+    monkeypatch.setattr(report_module.Report, "latency_unquotable", rough)
+    config = tmp_path / "grid.json"
+    timed = {"models": [f"{nets}:narrow"], "timing": True, "options": {"repeat": 3}}
+    config.write_text(json.dumps([timed, {"models": [f"{nets}:narrow"]}]))
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
+    printed = _printed(capsys.readouterr().out)
+    stored = pd.read_csv(tmp_path / "out" / "sweep.csv")
+    assert stored["latency_rough"].tolist() == [True, False]  # timed and rough; counted only
+    assert [row["timing"] for row in printed] == ["yes", "no"]
+    median, root = stored.loc[0, "latency_median_ms"], stored.loc[0, "root_latency_ms"]
+    assert printed[0]["latency median"] == "~" + format_time_ms(median)  # rough: marked
+    assert printed[0]["(root) latency"] == format_time_ms(root)  # the one to quote: plain
+    # the counted configuration has no latency: n/a, as in every other human table
+    assert printed[1]["latency median"] == printed[1]["(root) latency"] == "n/a"
+    assert printed[1]["MACs"] == "200"  # Linear(10, 20), one sample: 10*20
