@@ -756,6 +756,8 @@ class _Context:
         """What profile() and compare() take from the table options: the batch (None with
         ``named_inputs``, which carry theirs), device, dtype, timing, progress, budget and
         ``backward``/``optimizer``, when asked for."""
+        if self.args.optimizer is not None and not self.args.backward:
+            raise ModelProfError("--optimizer needs --backward (it times a training step)")
         step = {"backward": True, "optimizer": self.args.optimizer} if self.args.backward else {}
         return {
             "batch_size": None if named is not None else self.args.batch_size,
@@ -779,15 +781,12 @@ def _refuse_clashing_flags(args: argparse.Namespace) -> None:
             f"--amp {amp} with --dtype float64: autocast leaves float64 as it is, so nothing "
             "would run at half precision; pass --dtype float32 with --amp, or drop --amp"
         )
-    backward = getattr(args, "backward", False)
-    if getattr(args, "compile", False) and backward:
+    if getattr(args, "compile", False) and getattr(args, "backward", False):
         raise ModelProfError(
             "--compile with --backward: training steps are timed eagerly, so nothing would "
             "run compiled; drop --compile to time the training step, or --backward to time "
             "the compiled forward"
         )
-    if getattr(args, "optimizer", None) is not None and not backward:
-        raise ModelProfError("--optimizer needs --backward (it times a training step)")
 
 
 def _check_writers(formats: Sequence[str]) -> None:
@@ -1079,6 +1078,8 @@ def _run_throughput(ctx: _Context) -> int | None:
 
     args = ctx.args
     options = _throughput_options(ctx)
+    if args.optimizer is not None and not args.backward:  # before any model is built
+        raise ModelProfError("--optimizer needs --backward (it times a training step)")
     steps = " (whole training steps)" if args.backward else ""
     step = StepSpec.parse(optimizer=args.optimizer) if args.backward else None
     loaded = [(spec, *ctx.load(spec)) for spec in args.models]  # a typo costs no search
