@@ -1155,14 +1155,13 @@ def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
 
 def _run_generate(ctx: _Context) -> None:
     from modelprof.generation import profile_generation
-    from modelprof.generation.specs import load_language_model
     from modelprof.render import to_markdown
 
     args = ctx.args
     if len(args.specs) > 1:
         return _compare_generation(ctx)
     _memory_flag(args.memory)
-    model, name = load_language_model(args.specs[0], ctx.device, ctx.dtype)
+    model, name = _language_model(ctx, args.specs[0])
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
     with _model_run():
         report = profile_generation(
@@ -1210,6 +1209,23 @@ def _run_generate(ctx: _Context) -> None:
         )
 
 
+def _language_model(ctx: _Context, spec: str) -> tuple[Any, str]:
+    """generate's SPEC, loaded: its model and name; a model that is no causal LM refused as
+    what was typed (exit 2), named by its SPEC (the library's error names the class alone:
+    ResNet for resnet18) with what generate takes, before anything runs."""
+    from modelprof.generation.lm import is_hf_causal_lm
+    from modelprof.generation.specs import load_language_model
+
+    model, name = load_language_model(spec, ctx.device, ctx.dtype)
+    if not is_hf_causal_lm(model):
+        raise ModelProfError(
+            f"SPEC {spec!r} builds a {type(model).__name__}, not a transformers causal LM (no "
+            "config/generate): generate takes a transformers causal LM, a config SPEC "
+            "(LlamaConfig:num_hidden_layers=2), a config.json or file.py:FACTORY building one"
+        )
+    return model, name
+
+
 #: generate's options that profile one model, not a comparison of several
 _ONE_MODEL_FLAGS = ("contexts", "target", "memory", "no_timing", "no_layer_timing")
 
@@ -1217,7 +1233,6 @@ _ONE_MODEL_FLAGS = ("contexts", "target", "memory", "no_timing", "no_layer_timin
 def _compare_generation(ctx: _Context) -> int | None:
     """``generate SPEC SPEC ...``: ``compare_generation``'s table, its notes, its exports."""
     from modelprof.generation import compare_generation
-    from modelprof.generation.specs import load_language_model
     from modelprof.render.comparison import compare_caption
 
     args = ctx.args
@@ -1238,7 +1253,7 @@ def _compare_generation(ctx: _Context) -> int | None:
         raise ModelProfError("--format png: a comparison of SPECs has no figure; drop png")
     models: dict[str, Any] = {}
     for spec in args.specs:
-        model, name = load_language_model(spec, ctx.device, ctx.dtype)
+        model, name = _language_model(ctx, spec)
         models[unique_name(name, models)] = model
     df = compare_generation(
         models,
@@ -1578,13 +1593,6 @@ _OPTION_WORDS = (
     (re.compile(r"\b(device|target|baseline)='([^']*)'"), _flag_words),
     (re.compile(r"\bdtype='([^']*)'"), r"--dtype \1"),
     (re.compile(r"\bmemory_bytes="), "--memory"),
-    (  # generate's: the command line builds no step= of its own
-        re.compile(
-            r"\bmodel=(\w+)( is not a HuggingFace causal LM \(no config/generate\)); pass step=.*"
-        ),
-        r"\1\2: generate takes a transformers causal LM, a config SPEC "
-        r"(LlamaConfig:num_hidden_layers=2), a config.json or file.py:FACTORY building one",
-    ),
     (re.compile(r"\btokens=(\d+|N)\b"), r"--tokens \1"),
     (re.compile(r"\bbackward=True(?:, training=True)?\b"), "--backward"),
     (re.compile(r"\bbudget_s=(?!\w)"), "--budget"),

@@ -27,11 +27,16 @@ def test_a_column_its_flags_leave_unfilled_names_the_flag(
 def test_generate_on_a_model_no_causal_lm_names_what_generate_takes(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    # it advised the Python API's step=lambda tokens, cache: ..., which no flag passes
-    assert main(["generate", "resnet18", "--device", "meta"]) == 2
-    err = capsys.readouterr().err
-    assert "ResNet is not a HuggingFace causal LM" in err and "step=" not in err
-    assert "generate takes a transformers causal LM, a config SPEC" in err
+    # it advised the Python API's step=lambda tokens, cache: ..., which no flag passes, and
+    # named the class built (ResNet) alone, not the SPEC typed; several SPECs compared one as
+    # a failed row (exit 1) in the Python API's words
+    llama = "LlamaConfig:num_hidden_layers=1,hidden_size=32,num_attention_heads=2"
+    for specs in (["resnet18", "--device", "meta"], ["resnet18", llama, "--batch-size", "1"]):
+        assert main(["generate", *specs]) == 2  # what was typed: a usage error
+        err = capsys.readouterr().err
+        assert "SPEC 'resnet18' builds a ResNet, not a transformers causal LM" in err
+        assert "generate takes a transformers causal LM, a config SPEC" in err
+        assert "step=" not in err and "failed" not in err
 
 
 def test_fit_on_a_token_id_model_outside_transformers_names_fits_own_way(
