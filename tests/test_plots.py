@@ -494,6 +494,11 @@ def test_report_export_png_writes_the_figures_the_cli_does(tmp_path: Path) -> No
     static.model_name = "mlp"
     assert [p.name for p in static.export(".PNG", tmp_path / "static")] == ["static_flops.png"]
     assert static.export("png", tmp_path)[0] == tmp_path / "mlp_flops.png"  # a folder
+    # one file written: its Path (given a str); png's several: their list, as export's
+    # docstring says (it said "Returns the text, or writes path", png's list unsaid)
+    assert static.export("csv", str(tmp_path / "mlp.csv")) == tmp_path / "mlp.csv"
+    assert "as a :class:`~pathlib.Path`" in static.export.__doc__
+    assert "returns the ``list`` of their paths" in static.export.__doc__
     with pytest.raises(ModelProfError, match=r"export\('png'\) writes files .*plot_flops\(\)"):
         static.export("png")  # no path: no text to return, the methods that draw a Figure
     with pytest.raises(ModelProfError, match=r"export\('png'\) takes no view options \(top_k\)"):

@@ -568,7 +568,9 @@ class Report(Exports):
         listed below it, unless ``standalone=False``); a raw one every column, raw numbers, the
         totals and (JSON) the environment. ``view=ViewOptions(...)`` or its fields as keywords
         (``style``, ``columns``, ``depth``...; a keyword wins). Returns the text, or writes
-        ``path``. ``"png"``: the figures ``--format png`` writes (:meth:`export_png`)."""
+        ``path`` and returns it as a :class:`~pathlib.Path` (one file). ``"png"``: the figures
+        ``--format png`` writes, several files: returns the ``list`` of their paths
+        (:meth:`export_png`)."""
         if is_figure_format(format):
             return self.export_png(path, view=view, **options)
         fmt = get_format(format)
