@@ -231,6 +231,17 @@ def test_mha_device_check_is_put_back() -> None:
     assert compat.mha_device_check() is original
 
 
+def test_fast_path_device_name_is_put_back() -> None:
+    original = compat.fast_path_device_name()
+    assert isinstance(original, str)  # torch 2.14: "privateuseone" unless a backend renamed it
+    compat.set_fast_path_device_name("meta")
+    try:
+        assert compat.fast_path_device_name() == "meta"
+    finally:
+        compat.set_fast_path_device_name(original)
+    assert compat.fast_path_device_name() == original
+
+
 def test_cpu_sdpa_fuses_3d_answers_what_the_cpu_runs() -> None:
     q, k, v = torch.randn(4, 3, 16), torch.randn(4, 9, 16), torch.randn(4, 9, 16)
     with _OpNames() as ran:

@@ -1,5 +1,5 @@
-"""device="meta" counts attention as the CPU runs it: ``nn.MultiheadAttention`` on its fast
-path where the CPU takes it, SDPA as the CPU's fused kernel on the slow path and in the
+"""device="meta" counts attention as the CPU runs it: ``nn.MultiheadAttention`` and
+``nn.TransformerEncoderLayer`` on their fast paths where the CPU takes them, SDPA as the CPU's fused kernel on the slow path and in the
 training step (forward and backward), so a model counted on meta counts what it counts on the
 CPU."""
 
@@ -82,3 +82,31 @@ def test_cross_attention_and_weights_on_meta_are_the_cpus(backward, monkeypatch)
     assert _attention_ops(meta._by_op) == _attention_ops(cpu._by_op)
     for key in cpu.totals:
         assert meta.totals[key] == cpu.totals[key], key
+
+
+def _encoder(batch_first: bool) -> nn.Module:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=batch_first)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_an_encoder_layer_on_meta_runs_as_on_the_cpu(batch_first):
+    # batch_first: the CPU runs each layer as one fused op (its eval fast path), and meta must
+    # too; not batch_first: the CPU's fast-path test refuses, and meta decomposes the layer alike
+    cpu = profile(_encoder(batch_first), (5, 16), batch_size=2, timing=False)
+    with torch.device("meta"):
+        model = _encoder(batch_first)
+    meta = profile(model, (5, 16), batch_size=2, device="meta", timing=False)
+    cols = ["module", "type", "leaf", "macs", "flops", "read_bytes", "write_bytes", "output_shape"]
+    assert meta.to_dataframe()[cols].equals(cpu.to_dataframe()[cols])
+    fused = "aten._transformer_encoder_layer_fwd.default" in meta._by_op
+    assert fused is batch_first
+    if batch_first:
+        rows = meta.to_dataframe().set_index("module")
+        # each layer a leaf reading its input (2x5x16 float32: 640 B) and its parameters once:
+        # in_proj 3*16*16 + 48, out_proj 16*16 + 16, two norms 2*32, linear1 32*16 + 32,
+        # linear2 16*32 + 16 = 2224 floats = 8896 B; it writes its 2x5x16 output, 640 B
+        assert list(rows.index) == ["", "layers.0", "layers.1"]
+        assert rows.loc["layers.0", "read_bytes"] == 640 + 8896
+        assert rows.loc["layers.0", "write_bytes"] == 640

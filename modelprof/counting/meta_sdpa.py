@@ -5,8 +5,10 @@ On meta PyTorch runs SDPA's math decomposition (copies, repeated GQA heads, the 
 matrix materialised), which counts other FLOPs and far more bytes than the fused op the CPU
 runs (``aten._scaled_dot_product_flash_attention_for_cpu``). ``FusedMetaSDPA`` sends a meta
 SDPA call to that kernel's meta implementation where the CPU would pick it, with the CPU's
-preparation; any other call runs as it is (and raises as it would). ``cpu_outputs`` shapes a
-meta op's outputs as the CPU's kernel does where that changes what is counted.
+preparation; any other call runs as it is (and raises as it would). ``attention_as_on_cpu``
+lets ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` take their fused eval fast
+paths on meta where the CPU does. ``cpu_outputs`` shapes a meta op's outputs as the CPU's kernel
+does where that changes what is counted.
 """
 
 from __future__ import annotations
@@ -200,18 +202,34 @@ def _fused_inside() -> Iterator[None]:
         functional.scaled_dot_product_attention = before
 
 
+def _stock_encoder_layer(module: nn.Module) -> bool:
+    """An ``nn.TransformerEncoderLayer`` running torch's own forward, whose fast-path test then
+    decides what runs (a forward of the user's own may call anything, which the SDPA mode must
+    then see)."""
+    layer = nn.TransformerEncoderLayer
+    return isinstance(module, layer) and type(module).forward is layer.forward
+
+
 @contextlib.contextmanager
 def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
-    """On meta, each ``nn.MultiheadAttention`` of ``modules`` called in this thread runs as on
-    the CPU: its own fast-path test decides (the SDPA mode off the stack for the call, meta
-    passing the device check), so it runs ``_native_multi_head_attention`` where the CPU does;
-    on the slow path its SDPA is fused as the CPU fuses it. Nothing of the modules changes."""
+    """On meta, each ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` (torch's own
+    forward) of ``modules`` called in this thread runs as on the CPU: its own fast-path test
+    decides (the SDPA mode off the stack for the call, as a torch-function mode fails that
+    test; meta passing the device test), so in eval it runs ``_native_multi_head_attention`` or
+    ``_transformer_encoder_layer_fwd`` (one fused op, the layer a leaf) where the CPU and CUDA
+    do; on the slow path its SDPA is fused as the CPU fuses it. Nothing of the modules changes.
+    A layer's device test reads a module-level name, so during a layer's call here another
+    thread's layer on meta passes it too. ``nn.TransformerEncoder``'s own fast path is left to
+    fail on meta: it turns a padded batch into a nested tensor by the mask's values."""
     attention = {id(m) for m in modules if isinstance(m, nn.MultiheadAttention)}
-    if not attention:
+    layers = {id(m) for m in modules if _stock_encoder_layer(m)}
+    if not attention and not layers:
         yield
         return
     original = compat.mha_device_check()
-    calls: list[tuple[nn.Module, Any, Any]] = []  # per running call: module, mode, swap
+    device_name = compat.fast_path_device_name()
+    # per running call: module, mode, swap, and a layer's device name to put back
+    calls: list[tuple[nn.Module, Any, Any, str | None]] = []
     owner, get_ident = threading.get_ident(), threading.get_ident
 
     def check(x: Any) -> bool:  # (patched for every thread: another's calls pass through)
@@ -220,18 +238,24 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
         return original(x) or (x is not None and x.device.type == "meta")
 
     def pre(module: nn.Module, args: tuple) -> None:
-        if id(module) not in attention or get_ident() != owner:
+        key = id(module)
+        if key not in attention and key not in layers or get_ident() != owner:
             return
         mode = compat.current_function_mode()
         popped = compat.function_stack.pop() if isinstance(mode, FusedMetaSDPA) else None
         swap = _fused_inside()
         swap.__enter__()
-        calls.append((module, popped, swap))
+        name = compat.fast_path_device_name() if key in layers else None
+        if name is not None:
+            compat.set_fast_path_device_name("meta")
+        calls.append((module, popped, swap, name))
 
     def post(module: nn.Module, args: tuple, output: Any) -> Any:
         if not calls or calls[-1][0] is not module or get_ident() != owner:
             return None
-        _, mode, swap = calls.pop()
+        _, mode, swap, name = calls.pop()
+        if name is not None:
+            compat.set_fast_path_device_name(name)
         swap.__exit__(None, None, None)
         if mode is not None:
             compat.function_stack.push(mode)
@@ -249,5 +273,7 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
         yield
     finally:
         compat.set_mha_device_check(original)
+        if device_name is not None:
+            compat.set_fast_path_device_name(device_name)
         for handle in handles:
             handle.remove()

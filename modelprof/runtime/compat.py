@@ -46,6 +46,7 @@ __all__ = [
     "cpu_sdpa_fuses_3d",
     "cuda_sleep",
     "fast_range",
+    "fast_path_device_name",
     "finish_collective",
     "forget_global_hook",
     "GLOBAL_HOOKS_SEE_KWARGS",
@@ -102,6 +103,7 @@ __all__ = [
     "require",
     "restore_dispatch_stack",
     "set_mha_device_check",
+    "set_fast_path_device_name",
     "STATIC_CACHE_REWINDS",
     "tensor_version",
     "tensor_versions",
@@ -256,6 +258,26 @@ def mha_device_check() -> Any:
 def set_mha_device_check(check: Any) -> None:
     """Put ``check`` in place of the fast path's device test (and the original back)."""
     activation._check_arg_device = check
+
+
+def fast_path_device_name() -> str | None:
+    """The device type the eval fast paths of ``nn.TransformerEncoderLayer`` and
+    ``nn.TransformerEncoder`` (and ``nn.MultiheadAttention``'s device test) take beside the CPU
+    and CUDA: ``torch.utils.backend_registration._privateuse1_backend_name`` (private), read
+    from the module at each call; checked on torch 2.14. None on a release without the name (the
+    meta count then keeps the slow path there)."""
+    from torch.utils import backend_registration
+
+    return getattr(backend_registration, "_privateuse1_backend_name", None)
+
+
+def set_fast_path_device_name(name: str) -> None:
+    """Put ``name`` in place of that device type (and the original back); a release without
+    the name is left as it is."""
+    from torch.utils import backend_registration
+
+    if hasattr(backend_registration, "_privateuse1_backend_name"):
+        backend_registration._privateuse1_backend_name = name
 
 
 def current_function_mode() -> Any:
