@@ -53,37 +53,40 @@ def test_fixed_units_get_a_second_header_line() -> None:
     assert lines[top + 2] == r" &  & (K) & (\textmu{}s) \\"
 
 
-def test_a_tables_times_share_one_unit_as_do_its_bytes() -> None:
-    """A paper's table shows all its times in one unit (and all its bytes in one), chosen from
-    every value of them: a latency in ms beside its std in µs reads as the same scale."""
+def test_a_tables_times_share_one_unit_its_bytes_each_their_own() -> None:
+    """A paper's table shows all its times in one unit, chosen from every value of them: a
+    latency in ms beside its std in µs reads as the same scale. A byte column keeps its own: an
+    output of a few KiB beside tens of MiB read printed ``<0.01`` in a shared MiB."""
     df = pd.DataFrame(
         {
             "module": ["", "fc"],
             "latency_ms": [2.5, 0.4],
             "latency_std_ms": [0.05, 0.02],
-            "output_bytes": [40, 40],
-            "read_bytes": [3 * 2**20, 2**20],
+            "output_bytes": [4 * 2**10, 338 * 2**10],
+            "read_bytes": [52 * 2**20, 3.5 * 2**20],
         }
     )
     text = to_latex(df, show_totals=False, fit=None)
-    # before, each column chose alone: latency [2.5, 0.4] ms (0.4 >= 0.1 shows two digits), std
-    # [0.05, 0.02] in µs; output [40, 40] in B, read [3, 1] MiB. Shared: the times' top 2.5 ms
-    # allows ms or µs (2500 < 10**4), and ms shows the least, 0.02, with one digit only, µs with
-    # two (20.00): µs for both. The bytes: B would leave 3 * 2**20 = 3145728 with over 4 digits,
-    # MiB would round 40 B to 0.00, KiB shows it as 40 / 1024 = 0.039 -> 0.04: KiB for both
+    # each time column alone: latency [2.5, 0.4] ms (0.4 >= 0.1 shows two digits), std
+    # [0.05, 0.02] in µs. Shared: the times' top 2.5 ms allows ms or µs (2500 < 10**4), and ms
+    # shows the least, 0.02, with one digit only, µs with two (20.00): µs for both. The bytes,
+    # each alone: output's top 338 KiB = 346112 B has over 4 digits in B, so KiB (4.00, 338.00);
+    # read's top 52 MiB: MiB (52.00, 3.50). A unit shared by the bytes: 52 MiB = 53248 KiB has
+    # over 4 digits, so MiB, where 4 KiB = 0.0039 MiB printed "<0.01"
     assert latex_headers(text) == [
         "module",
         "latency (\\textmu{}s)",
         "latency std (\\textmu{}s)",
         "output (KiB)",
-        "read (KiB)",
+        "read (MiB)",
     ]
-    assert r"(root) & 2500.00 & 50.00 & 0.04 & 3072.00 \\" in text
+    assert r"(root) & 2500.00 & 50.00 & 4.00 & 52.00 \\" in text
+    assert r"fc & 400.00 & 20.00 & 338.00 & 3.50 \\" in text
     # Markdown and HTML in fixed units share the rule (their default is a unit in every cell)
     from modelprof.render.markdown import to_markdown
 
     fixed = to_markdown(df, show_totals=False, units="fixed").splitlines()[0]
-    assert "latency std (µs)" in fixed and "output (KiB)" in fixed
+    assert "latency std (µs)" in fixed and "output (KiB)" in fixed and "read (MiB)" in fixed
 
 
 def test_footer_labels_span_the_empty_cells_to_their_right() -> None:

@@ -5,8 +5,9 @@ that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit mo
 
 - ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; see :mod:`.units`).
 - ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals
-  (every time column of a table in one unit, every byte column in one, chosen from all their
-  values: ``latency (ms)`` beside ``latency std (ms)``, not ``(µs)``);
+  (every time column of a table in one unit, chosen from all their values: ``latency (ms)``
+  beside ``latency std (ms)``, not ``(µs)``; a byte column in its own: an output of 4 KiB
+  beside 52 MiB read would print ``<0.01`` in MiB);
   the unit keeps at most 4 digits before the point and, where possible, two significant digits
   in every non-zero value, else none at ``0.00`` (one that is prints ``<0.01``; zero prints
   ``0``); a median and its interval's bounds share one unit; a ratio to a baseline as its human
@@ -649,7 +650,7 @@ def _formatters(
             header, fmt = name, _raw_cell
         elif units == "human":
             header, fmt = spec.header, _human_formatter(spec.kind)
-        else:  # one unit for all of a table's times (its bytes), read from all their values
+        else:  # one unit for all of a table's times, read from all their values
             family = [n for n in names if _unit_family(n, shown) == _unit_family(name, shown)]
             values = [v for n in family for v in shown[n]]
             values += [e[n] for n in family for e in extras if e is not None and n in e]
@@ -662,13 +663,16 @@ def _formatters(
 
 
 #: kinds whose fixed unit one table shares across its columns (``latency (ms)`` beside
-#: ``latency std (ms)``, never ``(µs)``); a count's stays its column's (params M, MACs G)
-_SHARED_UNIT_KINDS = frozenset({"time_ms", "bytes"})
+#: ``latency std (ms)``, never ``(µs)``: one quantity and its spreads, read against each other);
+#: a count's stays its column's (params M, MACs G), and so does a byte count's: an output, the
+#: bytes read with the weights and a peak differ by orders of magnitude, and a unit shared with
+#: the largest printed a 4 KiB output as ``<0.01`` MiB
+_SHARED_UNIT_KINDS = frozenset({"time_ms"})
 
 
 def _unit_family(name: str, shown: pd.DataFrame) -> tuple[str, str]:
-    """The columns that show one fixed unit: every time (every byte count) of the table, else a
-    quantity and its interval (:func:`_interval_stem`)."""
+    """The columns that show one fixed unit: every time of the table, else a quantity and its
+    interval (:func:`_interval_stem`)."""
     kind = column_spec(name, shown[name]).kind
     return ("kind", kind) if kind in _SHARED_UNIT_KINDS else ("stem", _interval_stem(name))
 
