@@ -1025,7 +1025,8 @@ def _run_compare(ctx: _Context) -> int | None:
     # captioned by the heading above, the table bare
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
-        print(f"note: {note}", file=ctx.stdout)
+        if note not in caption:  # (a failed model's: said once, in the heading)
+            print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table
         env = df.attrs.get("env") or {}
         figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
@@ -1265,10 +1266,12 @@ def _compare_generation(ctx: _Context) -> int | None:
         **ctx.timing_options(),
     )
     _add_sources(df, models, args.specs)
-    print(f"# generation comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
+    caption = compare_caption(df.attrs)
+    print(f"# generation comparison ({caption})\n", file=ctx.stdout)
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
-        print(f"note: {note}", file=ctx.stdout)
+        if note not in caption:  # (a failed model's: said once, in the heading)
+            print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:
         ctx.write_formats("generation_comparison", df.render.export)
     return _failed_status(df)

@@ -417,6 +417,12 @@ def test_compare_with_a_failing_model_exits_1_after_its_table(
     captured = capsys.readouterr()
     assert "broken on purpose" in _row(captured.out, "bad_build")
     assert _row(captured.out, "nets_narrow")
+    # said once, in the heading over the table whose error column it points to (a note line
+    # below the table said it again)
+    said = "bad_build failed and is not compared (its error column says why)"
+    heading = captured.out.splitlines()[0]
+    assert heading.startswith("# comparison (") and said in heading
+    assert captured.out.count("bad_build failed") == 1
     # the second model is the second done, failed or not
     assert "modelprof: bad_build: failed (2 of 2)" in captured.err.splitlines()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import latex_headers
 from torch import nn
 
 from modelprof import ModelProfError, compare, measure_latencies
@@ -119,9 +120,14 @@ def test_a_failing_baseline_hands_the_ratios_to_the_next():
     df = compare({"bad": _Boom(), "a": nn.Linear(4, 4), "c": nn.Linear(4, 8)}, (4,), timing=False)
     # the baseline is the first model that ran: a (16 MACs); c's 32 MACs are 2x
     assert df.attrs["baseline"] == "a" and df.loc["c", "macs_x"] == 2
-    # a Markdown document keeps the failure's note, listed below its table
-    notes = df.render.to_markdown().split("\n\n")[-1].splitlines()
-    assert [n.startswith("- bad failed") for n in notes] == [True]
+    # a Markdown document says the failure once: in its caption, over the error column it
+    # points to (the note below the table said it again); under a caption of one's own, the
+    # note listed below the table says it
+    said = "bad failed and is not compared (its error column says why)"
+    md = df.render.to_markdown()
+    assert md.startswith("**baseline a;") and md.count("bad failed") == 1 and said in md
+    notes = df.render.to_markdown(caption="Models").split("\n\n")[-1].splitlines()
+    assert notes == [f"- {said}"]
 
 
 def test_a_model_failing_only_when_timed_leaves_the_timed_comparison():
@@ -199,8 +205,45 @@ def test_a_paper_table_of_a_comparison_says_who_failed():
     models = {"a": nn.Linear(4, 4), "bad": _Boom()}
     df = compare(models, (4,), timing=False, warn=False)
     tex = df.render.to_latex()
-    # the error column is the first a page drops: the caption still says why the row is empty
-    assert "bad failed and is not compared" in tex
+    # the error column is the first a page drops, and a .tex file holds no notes: the caption
+    # says the error itself (the exception, without the module path and inputs before it),
+    # pointing to nothing the table leaves out
+    caption = next(line for line in tex.splitlines() if line.startswith("\\caption"))
+    assert "dropped to fit" in tex and "error" not in latex_headers(tex)
+    assert caption.endswith("; bad failed and is not compared: RuntimeError: boom}")
+    assert "column" not in caption and "notes" not in caption
+    # kept (width=None), the column says it, and the caption points to it
+    wide = df.render.to_latex(width=None)
+    assert "error" in latex_headers(wide)
+    assert "bad failed and is not compared (its error column says why)}" in wide
+    # Markdown (a document) and text alike: the column left out, the caption says the error,
+    # and no note below the table points to the missing column
+    md = df.render.to_markdown(columns=["params", "macs"])
+    assert "bad failed and is not compared: RuntimeError: boom**" in md and "column" not in md
+    text = df.render.to_text(columns=["params"])
+    assert text.splitlines()[0].endswith("; bad failed and is not compared: RuntimeError: boom")
+    # a caption of one's own keeps why the row is empty, as it keeps the rank's way
+    own = df.render.to_latex(caption="Models")
+    assert "\\caption{Models. bad failed and is not compared: RuntimeError: boom}" in own
+
+
+def test_a_captions_error_is_the_exception_cut_at_a_word():
+    from modelprof.render.comparison import brief_error
+
+    said = (
+        "the forward pass failed in module 'fc' (Linear, input 1x64); running: (root) > fc. "
+        "Inputs were 1x64 (float32). RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+        " (1x64 and 10x10)\nhint: pass dtype=..."
+    )
+    # from the exception's name to the end of its line: 72 characters, under the 100 kept
+    assert brief_error(said) == (
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x64 and 10x10)"
+    )
+    # over the limit: cut at the last space in its first 20 - 3 = 17 characters ("RuntimeError:
+    # mat"), the colon before it dropped, "..." after: 15 characters
+    assert brief_error(said, limit=20) == "RuntimeError..."
+    # no exception named (modelprof's own words): the first line, whole
+    assert brief_error("cannot load x.py: no build()\nmore") == "cannot load x.py: no build()"
 
 
 def test_a_paper_table_of_a_comparison_keeps_rank_and_says_its_way_in_the_caption():

@@ -4,6 +4,7 @@ ratios to the baseline): which columns a readable table shows, its caption, its 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ __all__ = [
     "compare_caption",
     "input_caption",
     "compare_legend",
+    "brief_error",
     "export_comparison",
+    "failed_note",
     "rank_header",
 ]
 
@@ -170,13 +173,46 @@ def compare_caption(
             "MACs, FLOPs and bytes: the model's forward; step FLOPs: forward, loss"
             + (", backward and optimizer step" if counts == "optimizer" else " and backward")
         )
-    failed = list(attrs.get("failed") or ())
-    if failed:  # their rows are empty: a table that drops the error column still says why
-        parts.append(
-            f"{', '.join(failed)} failed and {'is' if len(failed) == 1 else 'are'} not "
-            "compared (the error column and the notes say why)"
-        )
+    failed = attrs.get("failed") or {}
+    parts += [failed_note(n) for n in failed] if _error_shown(shown) else _failures(attrs)
     return "; ".join(parts)
+
+
+def _error_shown(shown: Collection[str] | None) -> bool:
+    return shown is None or "error" in shown
+
+
+def _failures(attrs: Mapping[str, Any]) -> list[str]:
+    """Why each failed model's row is empty, where the table leaves out its ``error`` column
+    (a page drops it first): as briefly as a caption can say it (:func:`brief_error`)."""
+    failed = attrs.get("failed") or {}
+    return [f"{n} failed and is not compared: {brief_error(e)}" for n, e in failed.items()]
+
+
+def failed_note(name: str) -> str:
+    """What a comparison's notes (and a caption over its ``error`` column) say of a model that
+    failed: its row is empty, and the column says why."""
+    return f"{name} failed and is not compared (its error column says why)"
+
+
+#: the exception a failure's message ends with (``RuntimeError: mat1 and mat2 shapes ...``)
+_RAISED = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Interrupt): ")
+_BRIEF_CHARS = 100
+
+
+def brief_error(error: str, limit: int = _BRIEF_CHARS) -> str:
+    """A failure's message for a caption: the exception it ends with, without the module path,
+    inputs and hints before and after it (``RuntimeError: mat1 and mat2 shapes cannot be
+    multiplied (192x64 and 10x10)``), its first line otherwise; over ``limit`` characters cut at
+    a word, ``...`` after it."""
+    line = str(error).strip().split("\n", 1)[0]
+    raised = _RAISED.search(line)  # (the first: its message may name another)
+    text = line[raised.start() :] if raised else line
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 3]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:.(") + "..."
 
 
 def input_caption(
@@ -397,6 +433,8 @@ def export_comparison(
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown, df.get("input_shape"), df) or None
         legend = compare_legend(df.attrs, shown)
+        if not _error_shown(shown):  # a caption of the user's own says why a row is empty
+            legend = "; ".join(c for c in (legend, *_failures(df.attrs)) if c)
         if fmt.name == "latex":  # the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
             ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
@@ -414,7 +452,12 @@ def export_comparison(
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines
             caption = given.caption or ""  # (a note it already says, once: a tie)
-            notes = [n for n in df.attrs.get("notes") or () if n not in caption]
+            # a failed model's note points to its error column: none where it is left out
+            failed = () if _error_shown(shown) else df.attrs.get("failed") or ()
+            pointless = {failed_note(n) for n in failed}
+            notes = [
+                n for n in df.attrs.get("notes") or () if n not in caption and n not in pointless
+            ]
             given = given.with_defaults(view, summary=tuple(c for c in (caption, *notes) if c))
     if columns is not None:
         given = given.replace(columns=columns)

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
-from modelprof.render.comparison import export_comparison
+from modelprof.render.comparison import export_comparison, failed_note
 from modelprof.render.formats import Exports
 from modelprof.report.plots import plot_cost_latency
 
@@ -68,7 +68,7 @@ def note_failed(attrs: dict[str, Any], failed: Mapping[str, str], *first: str) -
     attrs["notes"] = [
         *(attrs.get("notes") or ()),
         *first,
-        *(f"{n} failed and is not compared (its error column says why)" for n in failed),
+        *map(failed_note, failed),
     ]
 
 
