@@ -854,3 +854,27 @@ def test_the_printed_table_marks_a_rough_median_and_shows_the_root_row(
     # the counted configuration has no latency: n/a, as in every other human table
     assert printed[1]["latency median"] == printed[1]["(root) latency"] == "n/a"
     assert printed[1]["MACs"] == "200"  # Linear(10, 20), one sample: 10*20
+
+
+def test_a_timed_rows_warnings_are_its_own_on_every_rank(
+    nets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a trial's 2-rank timed sweep: rank 1's loaded rows held warnings "" (their
+    # latency_unquotable saying loaded), rank 0's the LoadedMachineWarning: profile()'s one
+    # voice silenced every rank but 0 inside the row's record of what it warned. Each rank's
+    # configuration is its own: its row holds what it warned, whichever rank ran it
+    from modelprof.distributed.sweep import run_config
+    from modelprof.distributed.sweep_config import SweepConfig
+    from modelprof.distributed.sweep_ranks import SweepRanks
+    from modelprof.sweep import measure_config
+    from modelprof.timing.measurement import Measurement
+
+    monkeypatch.setattr(Measurement, "loaded", property(lambda m: True))  # load, for certain
+    monkeypatch.delenv("MODELPROF_ALL_RANKS", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = SweepConfig(f"{nets}:narrow", timing=True, options=(("repeat", 3),))
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))  # what torchrun sets: rank 1 is no speaker
+        row = run_config(config, measure_config, SweepRanks(rank, 2))
+        # a loaded measurement's warning says so, as its own or appended to another's
+        assert "the machine was loaded (" in row["warnings"], rank

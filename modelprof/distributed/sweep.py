@@ -40,6 +40,7 @@ from modelprof.errors import (
 )
 from modelprof.render.csvio import SWEEP_WHOLE
 from modelprof.runtime.env import collect_env
+from modelprof.runtime.group import own_work
 from modelprof.runtime.names import unique_name
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
@@ -185,7 +186,8 @@ def run_config(
         row["options"] = repr(dict(config.options))
     with _device_lock(device) if config.timing else contextlib.nullcontext():
         row["start_time"], start = time.time(), time.perf_counter()
-        with warnings.catch_warnings(record=True) as caught:
+        # this rank's own configuration: its warnings are its row's, whatever rank runs it
+        with warnings.catch_warnings(record=True) as caught, own_work():
             warnings.simplefilter("always")
             try:
                 got = dict(measure(config, device))

@@ -6,6 +6,7 @@ and who speaks: only rank 0 prints and writes, unless ``MODELPROF_ALL_RANKS=1`` 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import os
 import socket
@@ -34,6 +35,7 @@ __all__ = [
     "is_speaker",
     "local_device",
     "one_voice",
+    "own_work",
 ]
 
 ALL_RANKS_ENV = "MODELPROF_ALL_RANKS"
@@ -88,10 +90,29 @@ def is_speaker(all_ranks: bool | None = None) -> bool:
     return rank is None or rank == "0"
 
 
+#: set by :func:`own_work`: what runs is this rank's alone, its warnings no repeat of rank 0's
+_OWN_WORK: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "modelprof_own_work", default=False
+)
+
+
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """Within it this rank runs work of its own, not the work every rank runs alike (a sweep's
+    configuration, whose warnings its row records): :func:`one_voice` silences nothing, since
+    no other rank says them."""
+    token = _OWN_WORK.set(True)
+    try:
+        yield
+    finally:
+        _OWN_WORK.reset(token)
+
+
 @contextlib.contextmanager
 def one_voice(all_ranks: bool | None = None) -> Iterator[bool]:
-    """Silence modelprof's warnings on every rank but the speaker; yields whether it speaks."""
-    if is_speaker(all_ranks):
+    """Silence modelprof's warnings on every rank but the speaker (every rank would say the
+    same), but in :func:`own_work`; yields whether it speaks."""
+    if is_speaker(all_ranks) or _OWN_WORK.get():
         yield True
         return
     with warnings.catch_warnings():
