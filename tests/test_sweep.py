@@ -8,6 +8,7 @@ import json
 import re
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -878,3 +879,19 @@ def test_a_timed_rows_warnings_are_its_own_on_every_rank(
         row = run_config(config, measure_config, SweepRanks(rank, 2))
         # a loaded measurement's warning says so, as its own or appended to another's
         assert "the machine was loaded (" in row["warnings"], rank
+
+
+def test_a_rows_warnings_read_alike_each_once() -> None:
+    # a trial's row read "noisy timing of TinyViT ...; modelprof: the per-layer passes ...":
+    # only the second of its warnings opened with "modelprof:". The cell drops that opening
+    # from every message (the column is modelprof's), and says a repeated message once
+    from modelprof.distributed.sweep import run_config
+    from modelprof.distributed.sweep_config import SweepConfig
+
+    def measure(config: SweepConfig, device: str) -> dict:
+        for text in ("noisy timing", "modelprof: they DISAGREE", "noisy timing"):
+            warnings.warn(text, UserWarning)
+        return {}
+
+    row = run_config(SweepConfig("alexnet"), measure)
+    assert row["warnings"] == "noisy timing; they DISAGREE"  # 3 warned, 2 distinct

@@ -196,9 +196,16 @@ def run_config(
                 row.update(got, status=status, error=error)
             except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the sweep goes on
                 row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
-        row["warnings"] = "; ".join(dict.fromkeys(str(w.message) for w in caught))[:2000]
+        row["warnings"] = _warnings_text(caught)
         row.update(rank=ranks.rank, host=ranks.host, wall_s=time.perf_counter() - start)
     return row
+
+
+def _warnings_text(caught: list[warnings.WarningMessage]) -> str:
+    """What a configuration warned, each message once, in one cell, each without the
+    ``modelprof:`` some messages open with (the column is modelprof's), so all read alike."""
+    said = (str(w.message).removeprefix("modelprof: ") for w in caught)
+    return "; ".join(dict.fromkeys(said))[:2000]
 
 
 def _device(config: SweepConfig, ranks: SweepRanks) -> str:
