@@ -895,3 +895,15 @@ def test_a_rows_warnings_read_alike_each_once() -> None:
 
     row = run_config(SweepConfig("alexnet"), measure)
     assert row["warnings"] == "noisy timing; they DISAGREE"  # 3 warned, 2 distinct
+
+
+def test_who_ran_a_row_is_its_last_four_columns(nets: Path, tmp_path: Path) -> None:
+    # a trial's CSV ended "..., wall_s, latency_rough": the neighbour marks, added once the
+    # frame was built, came after the columns the docs list last. Every per-run column comes
+    # first, then options and warnings, then who ran it, when and for how long
+    grid = {"models": [f"{nets}:narrow"], "timing": True, "options": {"repeat": 3}}
+    df = sweep(grid, out=tmp_path / "out")
+    last = ["options", "warnings", "rank", "host", "start_time", "wall_s"]
+    assert list(df.columns[-6:]) == last and "latency_rough" in df.columns
+    header = (tmp_path / "out" / "sweep.csv").read_text().splitlines()[0].split(",")
+    assert header[-6:] == last

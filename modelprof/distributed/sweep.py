@@ -50,6 +50,8 @@ __all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_swe
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
 COUNTED_COLUMNS = (*registry.names("count"), *registry.names("step"))
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
+#: a row's last columns: who ran it, when and for how long (the only ones the deal changes)
+_DEALT_COLUMNS = ("rank", "host", "start_time", "wall_s")
 
 
 #: ``measure(config, device) -> columns``: what one configuration measures (raises on failure).
@@ -263,7 +265,7 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     seen = dict.fromkeys(column for record in records for column in record)
     head = [*_CONFIG_COLUMNS, "input_size", "tokens", "input_shape", "status", "error"]
     head += COUNTED_COLUMNS
-    tail = ["options", "warnings", "rank", "host", "start_time", "wall_s"]
+    tail = ["options", "warnings", *_DEALT_COLUMNS]
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
     ordered = [c for c in (*head, *middle, *tail) if c in seen]
     frame = pd.DataFrame.from_records(records, columns=ordered)
@@ -280,7 +282,9 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     for prefix in ("latency", "backward_latency"):
         if f"{prefix}_median_ms" in frame.columns:
             _mark_neighbours(frame, prefix)
-    return frame
+    # the marks came last: they go with the latency columns, before the tail (who ran it last)
+    last = [c for c in tail if c in frame.columns]
+    return frame[[c for c in frame.columns if c not in last] + last]
 
 
 def _input_columns(config: SweepConfig) -> dict[str, Any]:
