@@ -907,3 +907,28 @@ def test_who_ran_a_row_is_its_last_four_columns(nets: Path, tmp_path: Path) -> N
     assert list(df.columns[-6:]) == last and "latency_rough" in df.columns
     header = (tmp_path / "out" / "sweep.csv").read_text().splitlines()[0].split(",")
     assert header[-6:] == last
+
+
+def test_a_model_file_that_is_not_there_is_refused_before_anything_runs(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # a trial's sweep ran a config naming a missing nets.py:build as a failed row (exit 1),
+    # where compare refuses it as a usage error (exit 2) and the docs say everything is
+    # checked before anything runs: it is refused so, naming the file, the grid and the key
+    from modelprof.cli import main
+
+    config, out = tmp_path / "grid.toml", tmp_path / "out"
+    gone = tmp_path / "gone.py"
+    config.write_text(
+        f'[[grid]]\nmodels = ["{nets}:narrow"]\n[[grid]]\nmodels = ["{gone}:build"]\n'
+    )
+    assert main(["sweep", str(config), "--out", str(out)]) == 2
+    said = f"{config}: grid 2: models: model file {str(gone)!r} does not exist"
+    assert said in capsys.readouterr().err
+    assert not out.exists()  # nothing ran, nothing was written
+    with pytest.raises(ModelProfError, match=r"sweep: model: model file '.*\.pt2' does not"):
+        sweep({"model": str(tmp_path / "gone.pt2")})
+    folder = tmp_path / "folder.pt"
+    folder.mkdir()
+    with pytest.raises(ModelProfError, match=r"sweep: models: model file '.*' is not a file"):
+        sweep({"models": [str(folder)]})

@@ -263,7 +263,28 @@ def _model(value: Any, where: str) -> str:
     name = value.strip()
     if ":" not in name and not name.endswith((".py", ".pt", ".pth", ".pt2")):
         _check_torchvision_name(name, where)
+    _check_model_file(name, where)
     return name
+
+
+def _check_model_file(spec: str, where: str) -> None:
+    """A model file (``file.py:factory``, a ``.pt``/``.pth``/``.pt2``) that is not there:
+    refused before hours of sweeping, as ``compare`` refuses it, not a failed row per
+    configuration. A path the system cannot check is left to ``load_model``, which says why."""
+    path_part, sep, _ = spec.rpartition(":")
+    if sep and path_part.endswith(".py"):
+        path = Path(path_part)
+    elif spec.endswith((".pt", ".pth", ".pt2")):
+        path = Path(spec)
+    else:
+        return
+    try:
+        there, a_file = path.exists(), path.is_file()
+    except (OSError, ValueError):
+        return
+    if not a_file:
+        said = "is not a file" if there else "does not exist"
+        raise ModelProfError(f"{where}: model file {str(path)!r} {said}")
 
 
 def _check_torchvision_name(name: str, where: str) -> None:
