@@ -1356,7 +1356,6 @@ def _run_sweep(ctx: _Context) -> int:
     args = ctx.args
     _finite_number("--timeout", args.timeout, "seconds")
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
-    earlier: list[str] = []  # this rank's rows read back from an earlier run in --out
 
     world = os.environ.get("WORLD_SIZE", "1")
     who = "" if world == "1" else f"rank {os.environ.get('RANK', '0')}: "
@@ -1366,14 +1365,6 @@ def _run_sweep(ctx: _Context) -> int:
         back = again if row.get("read_back") else ""
         return f"sweep: {who}{config.name}: {row['status']}{back}"
 
-    lines = ctx.step_lines(said, every_rank=True)
-
-    def on_config(config: Any, row: Any) -> None:
-        if row.get("read_back"):
-            earlier.append(config.name)
-        if lines is not None:
-            lines(config, row)
-
     df = sweep(
         args.config,
         out=out,
@@ -1381,7 +1372,7 @@ def _run_sweep(ctx: _Context) -> int:
         retry_failed=args.retry_failed,
         progress=ctx.progress,
         timeout_s=args.timeout,
-        on_config=on_config,
+        on_config=ctx.step_lines(said, every_rank=True),
     )
     failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
@@ -1390,13 +1381,13 @@ def _run_sweep(ctx: _Context) -> int:
     # the text format's rules, as every printed table's: a rough median ~ (its latency_rough,
     # read from the whole frame), a missing value n/a, units in the cells
     print(export_table("text", df, columns=shown), file=ctx.stdout)
+    earlier = len(df.attrs["read_back"])  # every rank's, gathered with the rows
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
         + (f" (their errors: the error column of {out / 'sweep.csv'})" if failed else "")
         + f"; {world} rank(s)"
         + (
-            f"; {who}{len(earlier)} read back from an earlier run in {out} (--no-resume runs "
-            "them again)"
+            f"; {earlier} read back from an earlier run in {out} (--no-resume runs them again)"
             if earlier
             else ""
         ),

@@ -69,7 +69,8 @@ def sweep(
     stretched it, and then ``cpu_work_median_ms``, the CPU work its warning says to quote
     where it does, NaN otherwise), ``options``, ``warnings`` (what ``profile()`` warned), and
     ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``; ``attrs["env"]``: the
-    environment it ran in (``sweep.json`` holds it).
+    environment it ran in (``sweep.json`` holds it); ``attrs["read_back"]``: the names of the
+    configurations found done in ``out`` (by any rank), in order.
     """
     configs = load_sweep(config, options=profile_keywords(), check=check_config)
     check_options(resume, retry_failed, progress, timeout_s, on_config)

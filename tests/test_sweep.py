@@ -476,15 +476,16 @@ def test_a_rerun_says_which_rows_it_read_back_from_the_earlier_run(
     # sweep()'s on_config is told so in the row it gets (read_back=True), not by clocks
     seen: dict[str, bool] = {}
     grid = {"models": [f"{nets}:narrow", f"{nets}:wide"]}
-    sweep(grid, out=out, on_config=lambda c, row: seen.update({c.name: row.get("read_back")}))
+    df = sweep(grid, out=out, on_config=lambda c, row: seen.update({c.name: row.get("read_back")}))
     assert len(seen) == 2 and all(seen.values())
-    sweep(
+    assert df.attrs["read_back"] == list(seen)  # every rank's, gathered: both, in order
+    fresh_df = sweep(
         grid,
         out=out,
         resume=False,
         on_config=lambda c, row: seen.update({c.name: "read_back" in row}),
     )
-    assert not any(seen.values())
+    assert not any(seen.values()) and fresh_df.attrs["read_back"] == []
 
 
 def test_a_config_nested_too_deeply_is_one_line(

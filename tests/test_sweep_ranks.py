@@ -178,6 +178,10 @@ def test_a_killed_rank_resumes_from_its_files(tmp_path: Path) -> None:
     assert sum("sweep: rank 0: " in ln for ln in said) == sum("rank 1: " in ln for ln in said)
     for name, (mtime, text) in kept.items():  # skipped, not run again
         assert (folder / name).stat().st_mtime_ns == mtime and (folder / name).read_text() == text
+    # the footer counts every rank's rows read back (a trial's said "rank 0: 7" of 12: rank
+    # 0's only), in the one-process run's words: every kept file is one (rank 1's narrow b4)
+    said = f"; {len(kept)} read back from an earlier run in out (--no-resume runs them again)"
+    assert resumed.stdout.count(said) == 1, resumed.stdout
     assert _same(got).equals(_same(sweep(config)))
 
 

@@ -82,7 +82,8 @@ def run_sweep(
     on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None,
 ) -> pd.DataFrame:
     """Run ``measure`` on every configuration, dealt across the ranks; the gathered frame (on
-    every rank), each row saved in ``store``. The options are ``modelprof.sweep``'s."""
+    every rank), each row saved in ``store``; ``attrs["read_back"]``: the configurations any
+    rank found done there, not run. The options are ``modelprof.sweep``'s."""
     check_options(resume, retry_failed, progress, timeout_s, on_config)
     if store is not None:
         store.check(configs)
@@ -98,10 +99,13 @@ def run_sweep(
             )
             runner.on_config = on_config
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
-            parts = meeting.all_gather(rows, "rows")
+            parts = meeting.all_gather({"rows": rows, "read_back": runner.read_back}, "rows")
         finally:
             bar.close()
-    frame = _frame(configs, {k: v for part in parts for k, v in part.items()})
+    frame = _frame(configs, {k: v for part in parts for k, v in part["rows"].items()})
+    # every rank's rows found done in ``out`` (rank 0's footer counts them all)
+    read_back = {name for part in parts for name in part["read_back"]}
+    frame.attrs["read_back"] = [c.name for c in configs if c.name in read_back]
     timed_on = set(frame["device"][frame["timing"].astype(bool)])
     # where it ran, as every JSON export records it (its timed rows' device where they share one)
     frame.attrs["env"] = collect_env(timed_on.pop() if len(timed_on) == 1 else None)
@@ -123,6 +127,8 @@ class _Runner:
     retry_failed: bool
     timeout_s: float
     on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+    #: the configurations found done in ``store`` (an earlier run's rows), not run
+    read_back: list[str] = dataclasses.field(default_factory=list)
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
         rows = {config.name: self._one(config) for config in mine if not config.timing}
@@ -139,6 +145,8 @@ class _Runner:
             row = run_config(config, self.measure, self.meeting.ranks)
             if self.store is not None:
                 self.store.save(config, row)
+        if kept:
+            self.read_back.append(config.name)
         self.meeting.add_done(1)
         self._tick()
         if self.on_config is not None:  # a row read back from an earlier run says so
