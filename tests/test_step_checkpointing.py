@@ -245,3 +245,41 @@ def test_a_rerun_that_calls_no_module_is_charged_to_its_own_checkpoint(order):
     assert rows["a"] == 2 * 1024 + 1024 and rows.get("(loss)", 0) == 0
     if "b" in order:
         assert rows["b"] == 2 * 1024 and rows["(self)"] == 1024
+
+
+class _Relu(nn.Module):
+    """Linear(16, 64), a block [Linear(64, 128), ReLU, Linear(128, 64)], Linear(64, 4)."""
+
+    def __init__(self, ckpt: bool | None) -> None:
+        super().__init__()
+        self.inp, self.out, self.ckpt = nn.Linear(16, 64), nn.Linear(64, 4), ckpt
+        self.l1, self.l2 = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def block(self, h):
+        return self.l2(torch.relu(self.l1(h)))
+
+    def forward(self, x):
+        h = self.inp(x)
+        if self.ckpt is None:
+            return self.out(self.block(h))
+        return self.out(checkpoint(self.block, h, use_reentrant=self.ckpt))
+
+
+def test_a_non_reentrant_rerun_lands_on_the_row_whose_backward_ran_it():
+    # docs/training.md: each layer's own backward as without checkpointing, the rerun forward
+    # on the first layer whose backward unpacks a saved tensor (the block's last), counts and
+    # time on one row. Batch 8: l1's forward 8*64*128 = 65,536 MACs, l2's 8*128*64 = 65,536;
+    # each backward 2x (input and weight gradients) = 131,072. Non-reentrant checkpointing
+    # reruns the block from l2's backward until l2's saved input exists: l1's forward (65,536)
+    # on l2's row, 196,608; l1's row keeps its own 131,072
+    torch.manual_seed(0)
+    plain = _backward(profile(_Relu(None), (16,), batch_size=8, backward=True, **COUNT))
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's use_reentrant default warning, old releases)
+        ckpt = profile(_Relu(False), (16,), batch_size=8, backward=True, **COUNT)
+    rows = _backward(ckpt)
+    assert plain["l1"] == plain["l2"] == rows["l1"] == 131_072
+    assert rows["l2"] == 131_072 + 65_536
+    # the root row holds the whole backward: the plain one's and the rerun
+    assert ckpt.totals["backward_macs"] == rows[""] == plain[""] + 65_536
