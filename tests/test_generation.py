@@ -160,11 +160,52 @@ def test_meta_counts_what_the_cpu_counts(build):
 def test_static_cache_counts_and_holds_its_capacity():
     report = profile_generation(llama(2), prompt_len=8, new_tokens=4, cache="static", timing=False)
     assert report.kv.allocated and report.kv.matches_closed_form is None
-    # StaticCache is allocated for prompt + new tokens + 1 = 13 tokens: 13 x 512 bytes
-    assert report.kv.total_bytes == 13 * 512
-    # said as a capacity, not as 605 bytes per token of the 11 held beside a closed form 512
-    assert "KV cache: 6,656 bytes allocated (room for 13 tokens at the closed form's 512 " in repr(
+    # StaticCache is allocated as generate() allocates it, for max_length - 1 = prompt + new
+    # tokens - 1 = 11 tokens (the last token is never fed): 11 x 512 bytes
+    assert report.kv.total_bytes == 11 * 512
+    # said as a capacity, not as 563 bytes per token of the 10 held beside a closed form 512
+    assert "KV cache: 5,632 bytes allocated (room for 11 tokens at the closed form's 512 " in repr(
         report
+    )
+
+
+def test_a_static_decode_step_costs_the_same_whatever_other_contexts_are_asked():
+    # a static cache's attention runs over the whole buffer, so its size is part of a step's
+    # cost: every step is counted on the buffer generate() allocates for prompt + new tokens,
+    # a step past it on one just large enough for it (a note says so), never on one sized by
+    # the other contexts asked (it was: decode@16 on 25, 66 or 122 tokens)
+    d, layers, vocab, p, n = 64, 2, 128, 16, 8
+    buffer = p + n - 1  # generate()'s StaticCache: max_length - 1 = 23 tokens
+
+    def step(keys: int) -> int:
+        # one token through each layer's linears (in x out: c_attn d x 3d, c_proj d x d, the
+        # MLP's d x 4d and 4d x d) and the lm_head's d x vocab, and attention over `keys`
+        # cached slots, masked or not: per layer keys x d MACs for the scores (q.K^T) and as
+        # many for the values (scores.V)
+        return gpt2_weight_macs(layers, d, 4 * d) + d * vocab + layers * 2 * keys * d
+
+    for contexts in (None, [16], [16, 64], [16, 120]):
+        report = profile_generation(
+            gpt2(), prompt_len=p, new_tokens=n, cache="static", contexts=contexts, timing=False
+        )
+        assert report.decode(16).totals["macs"] == step(buffer), contexts
+        # the cache reported is the generation's (2 layers x K and V x d x 4 bytes per token),
+        # also where a later step was counted on a larger one of its own
+        assert report.kv.total_bytes == buffer * layers * 2 * d * 4
+    # decode@120 on 120 + 1 = 121 slots, decode@64 on 65, each named with its size
+    assert report.decode(120).totals["macs"] == step(121)
+    assert report.conventions == [
+        "decode@120 is counted on a static cache of 121 tokens, just large enough for it: past "
+        "the 23 tokens generate() allocates for prompt_len + new_tokens (the other steps' and "
+        "the timed generation's cache), over all of which a static cache's attention runs"
+    ]
+    both = profile_generation(
+        gpt2(), prompt_len=p, new_tokens=n, cache="static", contexts=[16, 64, 120], timing=False
+    )
+    assert both.decode(64).totals["macs"] == step(65)
+    assert both.conventions[0].startswith(
+        "decode@64 and decode@120 are counted on static caches of 65 and 121 tokens, just "
+        "large enough for each: past the 23 tokens"
     )
 
 

@@ -30,7 +30,11 @@ def test_an_encoder_decoder_generation_says_its_prefill_head_runs_on_every_posit
 
 def _fake(dtype: str, state: int) -> SimpleNamespace:
     return SimpleNamespace(
-        batch_sizes=[1], phases=lambda b: [], kv=SimpleNamespace(state_bytes=state), dtype=dtype
+        batch_sizes=[1],
+        phases=lambda b: [],
+        kv=SimpleNamespace(state_bytes=state),
+        dtype=dtype,
+        spec=SimpleNamespace(past_static_cache=()),  # no step on a static cache of its own
     )
 
 

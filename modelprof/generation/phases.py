@@ -80,6 +80,7 @@ class _Counter:
     opts: TimingOptions | None
     cache: Any = None
     length: int = 0  # tokens in the cache
+    room: int = 0  # a static cache's size in tokens (``_room``)
 
     def _counted(
         self,
@@ -127,9 +128,8 @@ class _Counter:
         (``given``: these tokens, and whether they start the cache)."""
         first = self.length == 0
         cache = self.cache
-        if cache is None:  # room for the generation, and for a context asked past it
-            room = max(self.spec.total_len, max(self.spec.contexts, default=0) + 1)
-            cache = self.lm.new_cache(self.batch, room + 1)
+        if cache is None:
+            cache = self.lm.new_cache(self.batch, self.room)
         if given is not None:
             return cache, *given
         new = self.lm.prompt if first else self.lm.tokens
@@ -155,7 +155,7 @@ class _Counter:
         transformers' mask asks a chunk after the first whether its offset is 0, a value meta
         cannot give; at offset 0 it asks nothing (and meta holds no values to keep)."""
         prompt = self.spec.prompt_len
-        if self.length and self.lm.device.type == "meta" and self.lm.cache is CacheMode.STATIC:
+        if self.lm.device.type == "meta" and self.lm.cache is CacheMode.STATIC:
             tokens, _ = self._prefix(self.length + length)
             self.cache, self.length = None, 0
             self._chunk(int(tokens.shape[1]), (tokens, True))
@@ -178,7 +178,7 @@ class _Counter:
 
     def prefill(self) -> Phase:
         self.lm.phase(f"the prefill at batch {self.batch}")
-        self.cache, self.length = None, 0
+        self.cache, self.length, self.room = None, 0, self._room()
         phase, mi, cache_as_was = self._extend(self.spec.prompt_len)
         if self.opts is not None:  # each timed pass from the empty cache
             cache_as_was.restore()
@@ -197,8 +197,9 @@ class _Counter:
             if self.opts is not None:
                 time_phase(lm, phase, mi, None, self.opts)
             return phase
-        if context < self.length:  # start again
-            self.cache, self.length = None, 0
+        room = self._room(context)
+        if context < self.length or room != self.room:  # start again, on a cache of its size
+            self.cache, self.length, self.room = None, 0, room
         if context > self.length:  # build the cache up to L, not reported
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
@@ -214,6 +215,16 @@ class _Counter:
         if self.opts is not None:
             time_phase(lm, phase, mi, cache_as_was, self.opts)
         return phase
+
+    def _room(self, context: int | None = None) -> int:
+        """A static cache's size for the prefill (``context`` None) or a decode step at
+        ``context``: the generation's, as ``generate()`` allocates it, or one just large enough
+        for a context past it (``spec.cache_room``); 0 for another cache (it holds what it
+        holds)."""
+        if self.lm.cache is not CacheMode.STATIC:
+            return 0
+        spec = self.spec
+        return spec.static_cache_len if context is None else spec.cache_room(context)
 
     def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
         """``length`` tokens from the start (the given prompt first) and whether one was given."""

@@ -157,7 +157,9 @@ def _run(
             timings[b] = measure_generation(lm, spec, b, opts, torch.Generator().manual_seed(seed))
             say(f"batch {b}: {timings[b].end_to_end.n} generations timed")
     first = phases[spec.batch_sizes[0]]
-    kv = next((p.kv for p in reversed(first) if p.kv is not None), None)
+    # a static cache: the generation's, not the one of its own a context past it is counted on
+    held = [p for p in first if p.name != "decode" or p.context not in spec.past_static_cache]
+    kv = next((p.kv for p in reversed(held) if p.kv is not None), None)
     memory = _memory(lm, spec, first, kv)
     moe = None
     if lm.hf:

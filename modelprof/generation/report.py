@@ -625,6 +625,19 @@ class GenerationReport(Exports):
                 "the prefill computes the output layer on every decoder prompt position (an "
                 "encoder-decoder's forward takes no logits_to_keep), not on the last alone"
             )
+        past = self.spec.past_static_cache
+        if past:  # (spec.cache_room: a step's counted cost includes the cache's size)
+            one = len(past) == 1
+            steps = _listed([f"decode@{c}" for c in past])
+            sizes = _listed([f"{c + 1:,}" for c in past])
+            out.append(
+                f"{steps} {'is' if one else 'are'} counted on "
+                f"{'a static cache' if one else 'static caches'} of {sizes} tokens, just large "
+                f"enough for {'it' if one else 'each'}: past the "
+                f"{self.spec.static_cache_len:,} tokens generate() allocates for prompt_len + "
+                "new_tokens (the other steps' and the timed generation's cache), over all of "
+                "which a static cache's attention runs"
+            )
         if self.kv is not None and self.kv.state_bytes and self.dtype in ("bfloat16", "float16"):
             out.append(
                 f"the recurrent state is counted as the cache holds it: a {self.dtype} Mamba "
@@ -637,6 +650,11 @@ _FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "the end-to-end g
 #: the neighbour check's series: each generation figure across batch sizes, and the phases' time
 _FIGURES = {kind: f"{name} across batch sizes" for kind, name in _FIGURE_NAMES.items()}
 _PHASES = "the phases' time (per-layer passes' plain runs)"
+
+
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _phase_point(p: Phase) -> str:

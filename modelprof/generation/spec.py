@@ -134,3 +134,25 @@ class GenerationSpec:
     @property
     def total_len(self) -> int:
         return self.prompt_len + self.new_tokens
+
+    @property
+    def static_cache_len(self) -> int:
+        """The tokens of the ``StaticCache`` transformers' ``generate()`` allocates for this run:
+        ``max_length - 1``, the prompt and every new token but the last, which is never fed
+        (``_prepare_cache_for_generation``, 4.56 to 5.24 alike). A static cache's attention runs
+        over all of it, so its size is part of every step's cost, not only its content's."""
+        return self.prompt_len + self.new_tokens - 1
+
+    def cache_room(self, context: int) -> int:
+        """The static cache a decode step at ``context`` is counted on: the generation's
+        (:attr:`static_cache_len`), or for a context past it one just large enough, its
+        ``context`` tokens and the step's own: never sized by the other contexts asked."""
+        return max(self.static_cache_len, context + 1)
+
+    @property
+    def past_static_cache(self) -> tuple[int, ...]:
+        """The contexts a static cache's step is counted on a cache of its own for: past the
+        generation's (:meth:`cache_room`); none with another cache."""
+        if self.cache is not CacheMode.STATIC:
+            return ()
+        return tuple(c for c in self.contexts if c + 1 > self.static_cache_len)
