@@ -459,6 +459,22 @@ def _counts(report: Any) -> list[tuple[str, int, int, int | None]]:
 OLD_STATIC = compat.transformers_version() < compat.STATIC_CACHE_REWINDS
 
 
+def test_static_cache_per_run_sets_what_generate_remembers_aside() -> None:
+    # what transformers' generate() keeps to size a later call's static cache (4.56: the cache,
+    # 5.24: the largest length yet) is gone in the block, and the caller's is back after it
+    model = nn.Linear(1, 1)
+    model._cache, model._previous_max_cache_length = "an earlier call's cache", 115
+    with compat.static_cache_per_run(model):
+        assert not hasattr(model, "_cache") and not hasattr(model, "_previous_max_cache_length")
+        model._previous_max_cache_length = 23  # what the block's own calls leave
+    assert model._cache == "an earlier call's cache"
+    assert model._previous_max_cache_length == 115
+    fresh = nn.Linear(1, 1)
+    with compat.static_cache_per_run(fresh):
+        fresh._cache = "the block's"
+    assert not hasattr(fresh, "_cache")
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static", None])
 def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
     if cache == "static" and OLD_STATIC:

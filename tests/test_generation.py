@@ -14,10 +14,11 @@ transformers = pytest.importorskip("transformers")
 
 from helpers import tiny_llama as llama  # noqa: E402 - the 2-layer Llama every test here uses
 
-from modelprof import GenerationReport, ModelProfError, profile_generation
+from modelprof import GenerationReport, ModelProfError, compare_generation, profile_generation
 from modelprof.counting.scope import CallRecord
-from modelprof.generation.cache import closed_form_kv_per_token
+from modelprof.generation.cache import cache_layers, closed_form_kv_per_token
 from modelprof.generation.memory import activation_bytes
+from modelprof.runtime import compat
 
 
 def gpt2(
@@ -207,6 +208,38 @@ def test_a_static_decode_step_costs_the_same_whatever_other_contexts_are_asked()
         "decode@64 and decode@120 are counted on static caches of 65 and 121 tokens, just "
         "large enough for each: past the 23 tokens"
     )
+
+
+@pytest.mark.parametrize("run", ["profile_generation", "compare_generation"])
+def test_every_static_step_counted_and_timed_runs_on_the_generations_cache(run):
+    # the counted steps' cache is the timed generation's, also after the user's own generate()
+    # of 100 tokens, which transformers remembers to size a later call's cache from (4.56: the
+    # cache it keeps, 5.24: the largest length yet); it is set aside during the run, and put
+    # back after it; and a generation config's max_cache_len (5.24: a floor generate() raises
+    # the cache to; unread before) is not applied
+    model = gpt2()
+    name = compat.cache_argument(model.forward)
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    model.generate(ids, max_new_tokens=100, cache_implementation="static", pad_token_id=0)
+    model.generation_config.max_cache_len = 60
+    sizes: list[int] = []
+
+    def seen(module, args, kwargs, output):  # the slots of the cache each forward ran on
+        sizes.append(int(cache_layers(kwargs[name])[0][0].shape[-2]))
+
+    model.register_forward_hook(seen, with_kwargs=True)
+    kw = dict(prompt_len=16, new_tokens=8, cache="static", repeat=2, warmup=0, warn=False)
+    if run == "profile_generation":
+        profile_generation(model, **kw)
+    else:
+        compare_generation({"gpt2": model}, **kw)
+    # the counted prefill and decode steps, their per-layer passes, the timed generations (a
+    # prefill and 7 steps each, at least 2): every one on generate()'s 16 + 8 - 1 = 23 slots
+    assert len(sizes) >= 2 * 8
+    assert set(sizes) == {23}
+    sizes.clear()
+    model.generate(ids, max_new_tokens=8, cache_implementation="static", pad_token_id=0)
+    assert set(sizes) == {115}  # the earlier 16 + 100 - 1, as transformers left it
 
 
 @pytest.mark.parametrize("placed", ["built on meta", "moved to meta"])

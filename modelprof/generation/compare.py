@@ -27,6 +27,7 @@ from modelprof.report.comparison import (
     note_failed,
     warn_failed,
 )
+from modelprof.runtime import compat
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
@@ -208,6 +209,7 @@ def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tupl
         for context in (
             [preserved_state(lm.root) for _, lm, _, _ in lms]
             + [outputs_by_name(lm.model) for _, lm, _, _ in lms if lm.hf]
+            + [compat.static_cache_per_run(lm.model) for _, lm, _, _ in lms if lm.hf]
             + [running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]
         ):
             stack.enter_context(context)

@@ -339,6 +339,11 @@ class LanguageModel:
         gc.temperature = gc.top_p = gc.top_k = None
         gc.use_cache = self.cache is not CacheMode.NONE
         gc.cache_implementation = "static" if self.cache is CacheMode.STATIC else None
+        # the static cache sized for this run alone, as its steps are counted
+        # (spec.static_cache_len): no floor from the model's config (``max_cache_len``, 5.24);
+        # 0, not None, which generate() fills from the model's own config
+        if self.cache is CacheMode.STATIC and getattr(gc, "max_cache_len", None) is not None:
+            gc.max_cache_len = 0
         if gc.pad_token_id is None:
             eos = gc.eos_token_id
             gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) or 0

@@ -30,6 +30,7 @@ from modelprof.generation.report import GenerationReport
 from modelprof.generation.spec import GenerationSpec, counts_last_token
 from modelprof.generation.timing import measure_generation
 from modelprof.profile import profile
+from modelprof.runtime import compat
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, random_kept, running
 from modelprof.runtime.guard import preserved_state
@@ -123,6 +124,7 @@ def profile_generation(
         guard,
         snapshot_of(*configs),
         outputs_by_name(model) if lm.hf else contextlib.nullcontext(),
+        compat.static_cache_per_run(model),
         running(lm.root, RunMode(device=dev)),
         random_kept(dev),
     ):

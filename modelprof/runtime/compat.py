@@ -105,6 +105,7 @@ __all__ = [
     "set_mha_device_check",
     "set_fast_path_device_name",
     "STATIC_CACHE_REWINDS",
+    "static_cache_per_run",
     "tensor_version",
     "tensor_versions",
     "torch_version",
@@ -824,6 +825,27 @@ def is_module_cache(o: Any) -> bool:
 
 #: from this release a StaticCache keeps a ``cumulative_length`` per layer to put back
 STATIC_CACHE_REWINDS = (4, 56)
+
+#: what ``generate()`` keeps on a model to size a later call's static cache: the cache itself,
+#: reused while it is large enough (``_cache``, 4.56), the largest length yet
+#: (``_previous_max_cache_length``, 5.24)
+_GENERATE_CACHE_STATE = ("_cache", "_previous_max_cache_length")
+
+
+@contextlib.contextmanager
+def static_cache_per_run(model: Any) -> Iterator[None]:
+    """``generate()``'s static cache sized by the calls in the block alone (``max_length - 1``
+    each, and the largest of them): what earlier calls on ``model`` left to size it from set
+    aside meanwhile, and put back after (what the block's calls left, dropped). Checked on 4.56
+    and 5.24."""
+    d = getattr(model, "__dict__", {})
+    kept = {k: d.pop(k) for k in _GENERATE_CACHE_STATE if k in d}
+    try:
+        yield
+    finally:
+        for k in _GENERATE_CACHE_STATE:
+            d.pop(k, None)
+        d.update(kept)
 
 
 def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
