@@ -298,3 +298,33 @@ def test_a_search_bound_given_to_compare_itself_is_sent_where_it_goes():
         r"\{'max_batch': 64\} with throughput=True",
     ):
         compare({"m": _Model()}, (4,), throughput=True, max_batch=64)
+
+
+def test_the_search_and_its_step_measure_run_one_size_the_one_the_curve_names():
+    # measure_throughput((3, 64, 64), measure=step_measure((3, 32, 32))) timed 3x32x32 steps
+    # and captioned them "input 3x64x64"; two sizes are refused before the model runs
+    seen = []
+
+    class Seen(_Model):
+        def forward(self, x):
+            seen.append(tuple(x.shape))
+            return super().forward(x)
+
+    refused = [
+        (
+            (5,),
+            step_measure((4,)),
+            r"input_size=\(5,\)\) with a measure= that runs input_size="
+            r"\(4,\): the curve's env\['input'\] and caption would name 5, a size that never ran",
+        ),
+        (None, step_measure((4,)), r"tokens=8\) with a measure= that runs input_size=\(4,\)"),
+        ((4,), step_measure(None, tokens=8), r"input_size=\(4,\)\) with a measure= that runs tok"),
+    ]
+    for size, measure, words in refused:
+        given = {"input_size": size} if size is not None else {"tokens": 8}
+        with pytest.raises(ModelProfError, match=words):
+            measure_throughput(Seen(), **given, measure=measure, **POINTS)
+    assert seen == []
+    # one size, spelt two ways, runs and is the one named: batch 1 and 2 of 4 features
+    curve = measure_throughput(Seen(), [4], measure=step_measure((4,)), **POINTS)
+    assert set(seen) == {(1, 4), (2, 4)} and curve.env["input"] == "4"

@@ -17,7 +17,7 @@ from modelprof.step.spec import StepSpec, refuse_inference_mode
 from modelprof.step.timing import StepTimer
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.throughput import HELD_BYTES, PointMeasure
+from modelprof.timing.throughput import HELD_BYTES, PointMeasure, SizedMeasure
 
 __all__ = ["batch_rows", "step_measure"]
 
@@ -35,7 +35,8 @@ def step_measure(
     batch size, a ``target``'s rows repeated to that batch (:func:`batch_rows`). ``spec``:
     ``StepSpec.parse(loss_fn=, target=, optimizer=)`` (default: the sum of the outputs, no
     optimizer); ``mode``: train mode unless ``RunMode(training=False)`` asks for eval;
-    ``tokens`` (with ``input_size`` None): token ids of that length, as ``measure_throughput``'s."""
+    ``tokens`` (with ``input_size`` None): token ids of that length, as ``measure_throughput``'s.
+    Pass ``measure_throughput`` the same size: it refuses another (its curve names the size)."""
     spec = StepSpec.parse() if spec is None else spec
     if input_size is not None and tokens is not None:
         raise ModelProfError("step_measure takes input_size or tokens=, not both")
@@ -62,7 +63,7 @@ def step_measure(
         got.env[HELD_BYTES] = held  # not the step's: the search's peaks leave it out
         return got
 
-    return measure
+    return SizedMeasure(measure, input_size, tokens)  # (measure_throughput checks the size)
 
 
 def _checked_loss(timer: StepTimer) -> None:

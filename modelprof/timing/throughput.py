@@ -63,6 +63,7 @@ __all__ = [
     "HELD_BYTES",
     "PATIENCE",
     "PointMeasure",
+    "SizedMeasure",
     "THROUGHPUT_GAIN",
     "Throughput",
     "ThroughputPoint",
@@ -74,6 +75,23 @@ __all__ = [
 #: what a point times in place of the forward's latency: ``(model, batch_size, device,
 #: options) -> Measurement``, each sample one batch (``measure_throughput(measure=)``)
 PointMeasure = Callable[[Any, int, torch.device, TimingOptions], Measurement]
+
+
+@dataclasses.dataclass(frozen=True)
+class SizedMeasure:
+    """A point measure that makes its own inputs (``step_measure``'s), with the size it makes
+    them at (``input_size`` or ``tokens``): ``measure_throughput`` refuses a size of its own
+    that differs, which the curve's ``env["input"]`` and caption would name, not the one run."""
+
+    run: PointMeasure
+    input_size: Any = None
+    tokens: int | None = None
+
+    def __call__(
+        self, model: Any, batch_size: int, device: torch.device, opts: TimingOptions
+    ) -> Measurement:
+        return self.run(model, batch_size, device, opts)
+
 
 THROUGHPUT_GAIN = 0.05
 #: what a ``measure=`` point's own environment says beside the mode flags (a training step's)
@@ -567,7 +585,8 @@ def measure_throughput(
     device, options)`` replaces what a point times (the forward's latency,
     :func:`measure_latency`) by another ``Measurement`` of one batch per sample:
     :func:`modelprof.step.throughput.step_measure` times whole training steps
-    (``compare(backward=True, throughput=True)`` uses it); then ``training``/``no_grad`` change
+    (``compare(backward=True, throughput=True)`` uses it) at its size, which must be this one
+    (the curve names it: another is refused); then ``training``/``no_grad`` change
     nothing that runs. An ``ExportedProgram`` is timed as its ``module()``, what running it
     means; a batch size it was not exported for is refused before it runs, naming the shape
     it recorded (export it with a dynamic batch dimension, ``torch.export.Dim``).
@@ -588,6 +607,7 @@ def measure_throughput(
             f", tokens={tokens!r}"
         )
     tokens = None if tokens is None else check_int("tokens", tokens)
+    _check_measure_size(measure, input_size, tokens)
     check_option_names(timing_options, own=_KEYWORDS)  # max_bach=
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
@@ -646,6 +666,28 @@ def _curve_env(
     )
     env["input"] = _sample_text(point.input_size, point.tokens[1])
     return env
+
+
+def _check_measure_size(measure: Any, input_size: Any, tokens: int | None) -> None:
+    """A ``measure=`` that says the size it runs at (a :class:`SizedMeasure`) runs at the
+    search's: the curve names one size, so two would caption one that did not run."""
+    if not isinstance(measure, SizedMeasure):
+        return  # (a measure of its own: what it makes of input_size is its business)
+    named = _sample_text(input_size, tokens)
+    if named != _sample_text(measure.input_size, measure.tokens):
+        given, its = (
+            _size_words(input_size, tokens),
+            _size_words(measure.input_size, measure.tokens),
+        )
+        raise ModelProfError(
+            f"measure_throughput({given}) with a measure= that runs {its}: the curve's "
+            f"env['input'] and caption would name {named}, a size that never ran; pass the "
+            "same size to both"
+        )
+
+
+def _size_words(input_size: Any, tokens: int | None) -> str:
+    return f"tokens={tokens!r}" if tokens is not None else f"input_size={input_size!r}"
 
 
 def _sample_text(input_size: Any, tokens: int | None) -> str:
