@@ -1408,13 +1408,16 @@ def _add_fit_parser(sub: Any) -> None:
         help="does a model fit a device: bytes per rank per plan",
         description="Weights, KV cache and activations for inference; weights, gradients, "
         "optimizer state, master weights and saved activations for training under data parallel "
-        "and ZeRO-1/2/3 (FSDP); per rank, counted on meta from a config.",
+        "and ZeRO-1/2/3 (FSDP); per rank, counted on meta.",
     )
     f.add_argument(
         "spec",
         metavar="SPEC",
         help="a transformers config class with overrides "
-        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or file.py:FACTORY",
+        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80) or a config.json (built as fit() "
+        "builds a config: its language model, else the bare model), a torchvision name "
+        "(resnet18), torchvision:NAME, timm:NAME (needs timm), file.py:FACTORY, or an exported "
+        ".pt2; random weights, never downloaded",
     )
     f.add_argument(
         "--target",
@@ -1496,15 +1499,21 @@ def _run_fit(ctx: _Context) -> None:
     import torch
 
     from modelprof.fit import fit, takes_token_ids
-    from modelprof.generation.specs import load_sized_model
+    from modelprof.generation.specs import load_sized_model, load_spec_config
 
     a = ctx.args
     _memory_flag(a.memory_bytes)
     if "png" in ctx.formats:
         raise ModelProfError("--format png: fit draws no figure (its formats are the tables')")
-    model, name, size = load_sized_model(a.spec, torch.device("meta"), None)
-    if size is not None and takes_token_ids(model):  # fed token ids: no input size
-        size = None
+    # a config is fit()'s to build, as its Python API builds it (a bare ViTModel where no
+    # language-model class maps the config), not generate's language model
+    named, size = load_spec_config(a.spec), None
+    if named is None:
+        model, name, size = load_sized_model(a.spec, torch.device("meta"), None)
+        if size is not None and takes_token_ids(model):  # fed token ids: no input size
+            size = None
+    else:
+        model, name = named
     options = dict(
         device=a.fit_device,
         memory_bytes=a.memory_bytes,

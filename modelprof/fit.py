@@ -1148,8 +1148,8 @@ def _notes(
     notes = [counts["skipped"]] if counts["skipped"] is not None else []
     if built is not None:
         notes.append(
-            f"counted {built}, built from the config on meta (pass a module to count "
-            "another head or your own additions)"
+            f"counted {built}, built from the config on meta (pass a module, on the command "
+            "line file.py:FACTORY, to count another head or your own additions)"
         )
     notes.append(
         f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "

@@ -6,6 +6,7 @@ only, never by modelprof itself."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pandas as pd
@@ -495,6 +496,34 @@ def test_the_command_line_keeps_the_input_size_of_a_model_fed_no_token_ids(
     assert "batch 4 of input (3, 32, 32)" in out and "weights and states only" not in out
 
 
+def test_the_command_line_builds_a_config_as_fit_does(tmp_path, capsys):
+    # modelprof fit ViTConfig:... exited 2 ("no model class for ViTConfig (tried
+    # AutoModelForCausalLM, ...)") where fit(ViTConfig(...)) builds the bare ViTModel: one rule
+    sizes = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+    )
+    spec = "ViTConfig:" + ",".join(f"{k}={v}" for k, v in sizes.items())
+    cfg = tmp_path / "vit.json"
+    cfg.write_text(json.dumps({"model_type": "vit", **sizes}))
+    flags = ["--input-size", "3,32,32", "--dtype", "fp32", "--memory", "1GiB"]
+    api = fit(
+        transformers.ViTConfig(**sizes), input_size=(3, 32, 32), dtype="fp32", memory_bytes=GiB
+    )
+    for given, name in ((spec, "ViT"), (str(cfg), "vit")):
+        assert main(["fit", given, *flags]) == 0
+        out = capsys.readouterr().out.splitlines()
+        # parameters: patch conv 3*8*8*64 + 64 = 12,352, class token 64, 17 positions x 64 =
+        # 1,088; a layer 2 x 128 (norms) + 3 x 4,160 (q, k, v) + 4,160 (out) + 8,320 + 8,256
+        # (MLP) = 33,472, two of them; the final norm 128, the pooler 4,160: 84,736
+        assert out[0].startswith(f"memory 1.00 GiB (1,073,741,824 B) given; model {name} (ViTM")
+        assert "84,736" in out[0] and out[1:] == api.to_text().splitlines()[1:]
+
+
 def test_the_command_line_names_a_factorys_files_as_profile_does(tmp_path, capsys):
     # a file's factory is named by file and factory (nets_build), as profile names it: by the
     # factory alone, two files' build() wrote one build_fit.csv
@@ -527,6 +556,10 @@ def test_every_fit_option_has_help():
     sub = next(a for a in parser._actions if a.dest == "command").choices["fit"]
     for action in sub._actions:
         assert action.help, f"fit: {action.option_strings or action.dest} has no help"
+    # SPEC's help named configs and factories only, yet `modelprof fit resnet18` runs (above)
+    spec = next(a for a in sub._actions if a.dest == "spec").help
+    for kind in ("config.json", "torchvision name (resnet18)", "timm:NAME", "file.py:FACTORY"):
+        assert kind in spec, kind
 
 
 def test_a_module_is_counted_as_given_not_rebuilt_from_its_config():

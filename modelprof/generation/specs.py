@@ -22,7 +22,13 @@ from modelprof.generation.lm import is_config
 from modelprof.models import config_names_near, load_spec
 from modelprof.runtime.tensors import brief
 
-__all__ = ["check_counts", "load_language_model", "load_sized_model", "parse_overrides"]
+__all__ = [
+    "check_counts",
+    "load_language_model",
+    "load_sized_model",
+    "load_spec_config",
+    "parse_overrides",
+]
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -208,13 +214,8 @@ def load_sized_model(
     """:func:`load_language_model`'s model and name, with the input size (batch excluded) the
     spec records (a torchvision or timm model's, a file's ``INPUT_SIZE``); None for a config,
     which is fed token ids, and for a spec that records none."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ModelProfError(
-            f"SPEC {brief(spec)} must be a config class, a config.json or file.py:factory"
-        )
-    spec = spec.strip()
-    config = _config(spec)
-    if config is None:
+    named, spec = load_spec_config(spec), spec.strip()
+    if named is None:
         loaded = load_spec(spec)
         model, size = loaded.model, None if loaded.size_defaulted else loaded.input_size
         return (
@@ -222,6 +223,7 @@ def load_sized_model(
             loaded.name,
             size,
         )
+    config, name = named
     _, auto = lm_auto_class(config, f"SPEC {spec!r}", "build it in file.py:factory")
     with torch.device(device or "cpu"):
         try:
@@ -232,7 +234,19 @@ def load_sized_model(
             ) from e
     if dtype is not None:
         model = model.to(dtype)
-    return model.eval(), _config_name(spec), None
+    return model.eval(), name, None
+
+
+def load_spec_config(spec: str) -> tuple[Any, str] | None:
+    """A config SPEC's transformers config (its counts checked) and display name, no model
+    built: ``modelprof fit`` hands the config to ``fit()``, which builds the model its Python
+    API builds. None for another SPEC (a model name, a file's factory)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelProfError(
+            f"SPEC {brief(spec)} must be a config class, a config.json or file.py:factory"
+        )
+    config = _config(spec.strip())
+    return None if config is None else (config, _config_name(spec.strip()))
 
 
 def _config_name(spec: str) -> str:
