@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -431,13 +432,22 @@ def test_a_plain_module_given_an_input_size_counts_its_activations():
     )
     # the largest leaf call: bn1's 64 x 112 x 112 input and output, fp32, at batch 256:
     # 2 x 256 x 64 x 112 x 112 x 4 = 1,644,167,168 B; saved: profile(backward=True)'s 5.29 GiB
-    # beyond the input that conv1 saves, which the inputs row holds: 256 x 3 x 224 x 224 x 4 B
+    # less the input that conv1 saves, which the inputs row holds: 256 x 3 x 224 x 224 x 4 B
+    # (0.14 GiB), 5.14 GiB
     assert t.loc["activation", "inference"] == 2 * 256 * 64 * 112 * 112 * 4
     assert est.memory.saved_inputs_bytes == 256 * 3 * 224 * 224 * 4
     assert (t.loc["inputs"] == 256 * 3 * 224 * 224 * 4).all()
     saved = est.totals["saved_bytes"] - 256 * 3 * 224 * 224 * 4
     assert t.loc["saved_activations", "data parallel"] == saved > 5 * 2**30
     assert report.activations and report.fits("inference") and not report.fits("ZeRO-3 (FSDP)")
+    # docs/utilization.md quotes the two (it said 5.29 GiB, the inputs counted in, once they
+    # had a row of their own)
+    quoted = [
+        f"{t.loc[k, p] / 2**30:.2f} GiB"
+        for k, p in (("activation", "inference"), ("saved_activations", "data parallel"))
+    ]
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "utilization.md").read_text().split())
+    assert f"resnet18 at batch 256, fp32: {quoted[0]} and {quoted[1]}" in doc, quoted
     with pytest.raises(ModelProfError, match=r"input_size=\(3, 224, 224\) is for.*token ids"):
         fit(small_llama(), context=8, input_size=(3, 224, 224))
     with pytest.raises(ModelProfError, match="input_size="):
