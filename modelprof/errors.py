@@ -25,6 +25,7 @@ __all__ = [
     "NoisyMeasurementWarning",
     "SamplingPastBudgetWarning",
     "TimingDisagreementWarning",
+    "a_type",
     "check_flag",
     "check_callback",
     "check_int",
@@ -33,6 +34,7 @@ __all__ = [
     "keywords_named",
     "nearest_keywords",
     "warn_user",
+    "with_article",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -74,6 +76,18 @@ def keywords_named(fn: _F) -> _F:
         return fn(*args, **kwargs)
 
     return call  # type: ignore[return-value]
+
+
+def a_type(obj: Any) -> str:
+    """``obj``'s type as an error names it, with its article: ``an int``, ``a list``, ``an
+    OrderedDict`` (:func:`with_article`)."""
+    return with_article(type(obj).__name__)
+
+
+def with_article(name: str) -> str:
+    """``name`` after ``a`` or, where it starts with a vowel sound, ``an``: by its first letter,
+    a, e, i or o (a ``u`` mostly reads "you": ``a uint8``, ``a UserDict``)."""
+    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"
 
 
 def error_line(error: BaseException, limit: int = 300) -> str:

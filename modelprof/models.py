@@ -26,7 +26,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, a_type
 from modelprof.runtime.archive import check_pt2_file, inspect_pt2
 from modelprof.runtime.exported import arranged, exported_layers, input_names
 from modelprof.runtime.names import factory_name
@@ -406,7 +406,7 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str]:
             "(a torchvision name, timm:NAME or file.py:factory), or save the whole module with "
             "torch.save(model) and use --trust-pickle"
         )
-    raise ModelProfError(f"{str(path)!r} holds a {type(obj).__name__}, not a torch.nn.Module")
+    raise ModelProfError(f"{str(path)!r} holds {a_type(obj)}, not a torch.nn.Module")
 
 
 def _check_file(path: Path) -> None:
@@ -497,7 +497,7 @@ def _recorded_inputs(
         ):
             raise ModelProfError(
                 f"{str(path)!r} records sample inputs that are not (args, "
-                f"kwargs) but a {type(example).__name__}"
+                f"kwargs) but {a_type(example)}"
                 f"{f' of {len(example)}' if isinstance(example, (tuple, list)) else ''}"
                 "; re-save it with torch.export.save"
             )

@@ -133,7 +133,18 @@ class Ints(nn.Module):
         ({"target": torch.tensor([1, 2])}, lambda: nn.Linear(4, 3), "target= needs loss_fn="),
         ({"optimizer": "adamx"}, lambda: nn.Linear(4, 3), "optimizer='adamx' is not a torch.optim"),
         ({"optimizer": torch.optim.LBFGS}, lambda: nn.Linear(4, 3), "LBFGS needs a closure"),
-        ({"optimizer": lambda p: 3}, lambda: nn.Linear(4, 3), "returned a int, not a"),
+        # "returned a int" before: the article follows the type's first sound
+        ({"optimizer": lambda p: 3}, lambda: nn.Linear(4, 3), "returned an int, not a"),
+        (
+            {"loss_fn": lambda out: object()},
+            lambda: nn.Linear(4, 3),
+            r"loss_fn=<lambda> returned an object, not a tensor",
+        ),
+        (
+            {"loss_fn": lambda out: [out.sum()]},
+            lambda: nn.Linear(4, 3),
+            r"loss_fn=<lambda> returned a list, not a tensor",
+        ),
         ({"optimizer": 3}, lambda: nn.Linear(4, 3), "optimizer=3 must be"),
         ({"no_grad": True}, lambda: nn.Linear(4, 3), "no_grad=True contradicts backward=True"),
         (
@@ -146,6 +157,21 @@ class Ints(nn.Module):
 def test_bad_step_options_name_the_value(kwargs, model, match):
     with pytest.raises(ModelProfError, match=match):
         profile(model(), (4,), batch_size=2, backward=True, **COUNT, **kwargs)
+
+
+def test_an_error_names_a_type_with_its_article():
+    from collections import OrderedDict
+
+    from modelprof.errors import a_type, with_article
+
+    # by the first letter: a, e, i, o take "an"; a "u" reads "you" (a uint8), consonants "a"
+    got = [a_type(v) for v in (3, object(), OrderedDict(), [], 2.0, None)]
+    assert got == ["an int", "an object", "an OrderedDict", "a list", "a float", "a NoneType"]
+    assert [with_article(n) for n in ("ExportedProgram", "uint8", "dict")] == [
+        "an ExportedProgram",
+        "a uint8",
+        "a dict",
+    ]
 
 
 def test_step_options_without_backward_are_refused():

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelprof.errors import ModelProfError, check_int
+from modelprof.errors import ModelProfError, a_type, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.runtime.names import factory_name
 from modelprof.runtime.tensors import brief
@@ -190,7 +190,7 @@ def _grids(data: Any, origin: str) -> list[Mapping[str, Any]]:
     for i, grid in enumerate(data, 1):
         if not isinstance(grid, Mapping):
             raise ModelProfError(
-                f"{origin}: grid {i} is a {type(grid).__name__}, not a dict "
+                f"{origin}: grid {i} is {a_type(grid)}, not a dict "
                 "such as {'models': ['resnet18'], 'batch_sizes': [1, 8]}"
             )
     return list(data)

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from modelprof.errors import ModelProfError, check_int
+from modelprof.errors import ModelProfError, a_type, check_int
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model, outputs_by_name
@@ -143,10 +143,10 @@ def _described(models: Any) -> str:
     if isinstance(models, Mapping):
         return "an empty dict"
     if not isinstance(models, (list, tuple)):
-        return f"a {type(models).__name__}"
+        return a_type(models)
     items = [f"[{i}] {type(m).__name__}" for i, m in enumerate(models[:8])]
     more = [f"... {len(models) - 8} more"] if len(models) > 8 else []
-    return f"a {type(models).__name__} of {len(models)} ({', '.join([*items, *more])})"
+    return f"{a_type(models)} of {len(models)} ({', '.join([*items, *more])})"
 
 
 def _prepared(

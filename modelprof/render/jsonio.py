@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, with_article
 from modelprof.render._output import checked_path, emit
 from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions, check_read_by
@@ -196,7 +196,9 @@ def _field(document: dict[str, Any], key: str, kind: type | tuple[type, ...], wh
     value = document[key]
     if not isinstance(value, kind):
         names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ModelProfError(f"{where!r}: {key!r} must be a {names}, got {type(value).__name__}")
+        raise ModelProfError(
+            f"{where!r}: {key!r} must be {with_article(names)}, got {type(value).__name__}"
+        )
     return value
 
 

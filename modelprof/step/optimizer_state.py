@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError, error_line
+from modelprof.errors import ModelProfError, a_type, error_line
 
 __all__ = ["OPTIMIZER_STATES", "OptimizerState", "optimizer_states", "scalar_state_bytes"]
 
@@ -194,8 +194,7 @@ def _stepped(make: Any, shapes: list[tuple[int, ...]], shared: bool = False) -> 
             probe = make(params)
             if not isinstance(probe, torch.optim.Optimizer):
                 raise ModelProfError(
-                    f"optimizer factory returned a {type(probe).__name__}, not a "
-                    "torch.optim.Optimizer"
+                    f"optimizer factory returned {a_type(probe)}, not a torch.optim.Optimizer"
                 )
             closure = functools.partial(_closure, params, sparse)
             closure()

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, a_type
 from modelprof.runtime.failure import refused_as
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import brief, iter_tensors
@@ -161,12 +161,12 @@ def _describe(output: Any) -> str:
         return f"a {brief(output)}{'' if output.requires_grad else ' (no grad)'}"
     tensors = list(iter_tensors(output))
     if not tensors:
-        return f"a {type(output).__name__} with no tensor"
+        return f"{a_type(output)} with no tensor"
     kinds = ", ".join(
         f"{str(t.dtype).removeprefix('torch.')}{'' if t.requires_grad else ' (no grad)'}"
         for t in tensors[:6]
     )
-    return f"a {type(output).__name__} of {len(tensors)} tensor(s): {kinds}"
+    return f"{a_type(output)} of {len(tensors)} tensor(s): {kinds}"
 
 
 def _name(obj: Any) -> str:
@@ -238,7 +238,7 @@ class StepSpec:
         ):
             loss = self.compute_loss(output, target)
         if not isinstance(loss, torch.Tensor):
-            wrong = f"a {type(loss).__name__}, not a tensor; it must return a scalar loss"
+            wrong = f"{a_type(loss)}, not a tensor; it must return a scalar loss"
         elif loss.numel() != 1:
             wrong = f"a tensor of shape {tuple(loss.shape)}, not a scalar; reduce it (mean or sum)"
         elif not loss.is_floating_point():
@@ -282,8 +282,8 @@ class StepSpec:
             made = opt(params)
         if not isinstance(made, torch.optim.Optimizer):
             raise ModelProfError(
-                f"optimizer={self.optimizer_name} returned a "
-                f"{type(made).__name__}, not a torch.optim.Optimizer"
+                f"optimizer={self.optimizer_name} returned {a_type(made)}, not a "
+                "torch.optim.Optimizer"
             )
         _check_holds(made, params, self.optimizer_name)
         if type(made).__name__ in _NEEDS_CLOSURE:
