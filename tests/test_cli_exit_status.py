@@ -71,3 +71,23 @@ def test_flags_every_model_refuses_are_a_usage_error_before_any_model_is_built(
     assert main(["compare", f"{nets}:narrow", f"{nets}:wide", *clash, "--no-timing"]) == 2
     err = capsys.readouterr().err
     assert err.count(said) == 1 and "every model failed" not in err
+
+
+def test_an_optimizer_refused_by_name_or_by_the_parameters_shapes_is_a_usage_error(
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Muon takes 2-D parameters only: narrow's Linear(10, 20) has a (20,) bias, which its
+    # constructor refuses whatever the run; it exited 1 (a failed model) after the counted
+    # forward and backward, where LBFGS (needs a closure) is refused by name, 2
+    for command in (["profile", "--no-timing"], ["throughput", "--max-batch", "1"]):
+        argv = [command[0], f"{nets}:narrow", "--backward", "--optimizer", "muon", *command[1:]]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "optimizer=Muon refuses the parameters of Sequential (their shapes, before " in err
+        assert "only supports 2D parameters" in err
+    assert main(["profile", f"{nets}:narrow", "--backward", "--optimizer", "lbfgs"]) == 2
+    # the names offered for a typo are those a step can run: LBFGS's refusal is by name alone
+    # (SparseAdam and Muon stay: each runs a model whose gradients, or shapes, suit it)
+    assert main(["profile", f"{nets}:narrow", "--backward", "--optimizer", "adamx"]) == 2
+    offered = capsys.readouterr().err.split("use one of ")[1]
+    assert "'lbfgs'" not in offered and "'muon'" in offered and "'sparseadam'" in offered

@@ -497,3 +497,37 @@ def test_memory_estimate_counts_gradients_the_step_gave():
     plain = profile(model, (8,), batch_size=2, **COUNT).memory_estimate()
     assert plain.loc["gradients", "training_step"] == 10_143 * 4
     assert "no step profiled" in plain.loc["gradients", "how"]
+
+
+class _MatricesOnly(torch.optim.SGD):
+    """An optimizer that, as torch's Muon, refuses a parameter that is not 2-D when built."""
+
+    def __init__(self, params, lr=0.1):
+        params = list(params)
+        if any(p.dim() != 2 for p in params):
+            raise ValueError("only 2-D parameters")
+        super().__init__(params, lr=lr)
+
+
+def test_an_optimizer_that_refuses_the_parameters_shapes_is_refused_before_the_model_runs():
+    ran = []
+
+    class Net(nn.Sequential):
+        def forward(self, x):
+            ran.append(x.shape)
+            return super().forward(x)
+
+    # Linear(4, 3)'s (3,) bias: refused before the counted forward, as a refusal (no raised
+    # cause) the command line exits 2 on; it ran the forward and backward first before
+    with pytest.raises(
+        ModelProfError,
+        match=r"optimizer=_MatricesOnly refuses the parameters "
+        r"of Net \(their shapes, before anything ran\): ValueError: only 2-D",
+    ) as refused:
+        profile(Net(nn.Linear(4, 3)), (4,), backward=True, optimizer=_MatricesOnly, **COUNT)
+    assert ran == [] and refused.value.__cause__ is None
+    # bias-free, every parameter 2-D: it runs, SGD's 2 FLOPs per element of the 4 x 3 weight
+    report = profile(
+        Net(nn.Linear(4, 3, bias=False)), (4,), backward=True, optimizer=_MatricesOnly, **COUNT
+    )
+    assert ran and report.to_dataframe().set_index("module").loc["(optimizer)", "flops"] == 24

@@ -344,6 +344,7 @@ def count_step(
     lazy = nn.parameter.UninitializedParameter
     refuse_lazy([n for n, p in model.named_parameters() if isinstance(p, lazy)], "parameters")
     trainable_check(model, (inputs.args, inputs.kwargs), spec.optimizer_name)
+    spec.check_optimizer(model)
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
     # the forward's in-place writes of parameters (an Embedding(max_norm=)) reach the user's
     # storage through the aliases: the guard copies each such tensor before its first write

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError, a_type
+from modelprof.errors import ModelProfError, a_type, error_line
 from modelprof.runtime.failure import refused_as
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import brief, iter_tensors
@@ -266,6 +266,31 @@ class StepSpec:
     def optimizer_name(self) -> str | None:
         return None if self.optimizer is None else _name(self.optimizer)
 
+    def check_optimizer(self, model: torch.nn.Module) -> None:
+        """Refuse, before anything runs, an optimizer class (a name's) that refuses the model's
+        parameters by their shapes alone (Muon takes 2-D ones only): built once on meta
+        stand-ins of them, never stepped. A refusal of what was asked, not a failed run (no
+        raised cause: the command line's exit status 2). A factory is the user's code, and a
+        template was built on the parameters already: neither is called here."""
+        cls = self.optimizer
+        if not isinstance(cls, type):
+            return
+        lazy = torch.nn.parameter.UninitializedParameter  # (refused by the pass, named)
+        params = [p for p in {id(p): p for p in model.parameters()}.values()]
+        if not params or any(isinstance(p, lazy) for p in params):
+            return
+        stand_ins = [
+            torch.empty(p.shape, dtype=p.dtype, device="meta", requires_grad=p.requires_grad)
+            for p in params
+        ]
+        try:
+            cls(stand_ins)
+        except Exception as e:  # noqa: BLE001 - the optimizer's own check, in any form
+            raise ModelProfError(
+                f"optimizer={self.optimizer_name} refuses the parameters of "
+                f"{type(model).__name__} (their shapes, before anything ran): {error_line(e)}"
+            ) from None
+
     def make_optimizer(
         self, params: list[torch.Tensor], copy_of: Mapping[int, torch.Tensor]
     ) -> torch.optim.Optimizer | None:
@@ -336,10 +361,11 @@ def _parse_optimizer(optimizer: Any) -> Any:
     if isinstance(optimizer, str):
         by_name = torch_optimizers()
         found = by_name.get(optimizer.lower())
-        if found is None:
+        if found is None:  # (LBFGS, refused below, is no name to offer)
+            usable = sorted(k for k, v in by_name.items() if v.__name__ not in _NEEDS_CLOSURE)
             raise ModelProfError(
                 f"optimizer={optimizer!r} is not a torch.optim optimizer; use "
-                f"one of {sorted(by_name)}, a class or a factory"
+                f"one of {usable}, a class or a factory"
             )
         optimizer = found
     name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__

@@ -52,6 +52,7 @@ def step_measure(
         if not checked:
             refuse_inference_mode("a training step's throughput search")
             trainable_check(model, (mi.args, mi.kwargs), at_batch.optimizer_name)
+            at_batch.check_optimizer(model)
         t_begin = time.perf_counter()
         with StepTimer(model, mi, at_batch, mode, options=opts) as timer:
             if not checked:
