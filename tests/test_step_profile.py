@@ -531,3 +531,20 @@ def test_an_optimizer_that_refuses_the_parameters_shapes_is_refused_before_the_m
         Net(nn.Linear(4, 3, bias=False)), (4,), backward=True, optimizer=_MatricesOnly, **COUNT
     )
     assert ran and report.to_dataframe().set_index("module").loc["(optimizer)", "flops"] == 24
+
+
+class _ReadsValues(torch.optim.SGD):
+    """An optimizer whose constructor reads its parameters' values (a norm as a number)."""
+
+    def __init__(self, params, lr=0.1):
+        params = list(params)
+        self.start_norm = sum(float(p.detach().norm()) for p in params)
+        super().__init__(params, lr=lr)
+
+
+def test_an_optimizer_that_reads_values_when_built_is_not_refused_by_the_shape_check():
+    # the shape check builds the class on meta stand-ins, which hold no values: float() of a
+    # meta tensor raises (not a refusal of the shapes), and the step runs it on the real ones.
+    # Linear(4, 3): SGD's 2 FLOPs per element of its 12 + 3 parameters = 30
+    report = profile(nn.Linear(4, 3), (4,), backward=True, optimizer=_ReadsValues, **COUNT)
+    assert report.to_dataframe().set_index("module").loc["(optimizer)", "flops"] == 30

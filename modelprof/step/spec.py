@@ -271,7 +271,9 @@ class StepSpec:
         parameters by their shapes alone (Muon takes 2-D ones only): built once on meta
         stand-ins of them, never stepped. A refusal of what was asked, not a failed run (no
         raised cause: the command line's exit status 2). A factory is the user's code, and a
-        template was built on the parameters already: neither is called here."""
+        template was built on the parameters already: neither is called here. Only a
+        ValueError is a refusal: a constructor that reads values (``.item()``), which meta
+        stand-ins do not have, raises otherwise, and the step itself then says what it does."""
         cls = self.optimizer
         if not isinstance(cls, type):
             return
@@ -285,11 +287,13 @@ class StepSpec:
         ]
         try:
             cls(stand_ins)
-        except Exception as e:  # noqa: BLE001 - the optimizer's own check, in any form
+        except ValueError as e:  # torch's optimizers refuse a parameter so (Muon's shapes)
             raise ModelProfError(
                 f"optimizer={self.optimizer_name} refuses the parameters of "
                 f"{type(model).__name__} (their shapes, before anything ran): {error_line(e)}"
             ) from None
+        except Exception:  # noqa: BLE001 - not a refusal of the shapes: the step will say
+            return
 
     def make_optimizer(
         self, params: list[torch.Tensor], copy_of: Mapping[int, torch.Tensor]
