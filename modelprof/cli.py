@@ -1217,7 +1217,9 @@ def _language_model(ctx: _Context, spec: str) -> tuple[Any, str]:
     from modelprof.generation.lm import is_hf_causal_lm
     from modelprof.generation.specs import load_language_model
 
-    model, name = load_language_model(spec, ctx.device, ctx.dtype)
+    model, name = load_language_model(
+        spec, ctx.device, ctx.dtype, trust_pickle=ctx.args.trust_pickle
+    )
     if not is_hf_causal_lm(model):
         raise ModelProfError(
             f"SPEC {spec!r} builds a {type(model).__name__}, not a transformers causal LM (no "
@@ -1416,8 +1418,14 @@ def _add_fit_parser(sub: Any) -> None:
         help="a transformers config class with overrides "
         "(LlamaConfig:hidden_size=8192,num_hidden_layers=80) or a config.json (built as fit() "
         "builds a config: its language model, else the bare model), a torchvision name "
-        "(resnet18), torchvision:NAME, timm:NAME (needs timm), file.py:FACTORY, or an exported "
-        ".pt2; random weights, never downloaded",
+        "(resnet18), torchvision:NAME, timm:NAME (needs timm), file.py:FACTORY, an exported "
+        ".pt2, or a saved module (.pt/.pth with --trust-pickle); random weights, never "
+        "downloaded",
+    )
+    _switch(
+        f,
+        "--trust-pickle",
+        "allow loading a whole pickled module from .pt/.pth (unpickling can run arbitrary code)",
     )
     f.add_argument(
         "--target",
@@ -1491,7 +1499,7 @@ def _add_fit_parser(sub: Any) -> None:
         help=f"comma-separated formats to write: {','.join(f for f in FORMATS if f != 'png')} "
         "(implies --out .)",  # (no png: fit draws no figure)
     )
-    own = {k: v for k, v in _NO_COMMON.items() if k not in ("out", "format")}
+    own = {k: v for k, v in _NO_COMMON.items() if k not in ("out", "format", "trust_pickle")}
     f.set_defaults(run=_run_fit, progress=False, **own)
 
 
@@ -1509,7 +1517,9 @@ def _run_fit(ctx: _Context) -> None:
     # language-model class maps the config), not generate's language model
     named, size = load_spec_config(a.spec), None
     if named is None:
-        model, name, size = load_sized_model(a.spec, torch.device("meta"), None)
+        model, name, size = load_sized_model(
+            a.spec, torch.device("meta"), None, trust_pickle=a.trust_pickle
+        )
         if size is not None and takes_token_ids(model):  # fed token ids: no input size
             size = None
     else:

@@ -91,3 +91,26 @@ def test_an_optimizer_refused_by_name_or_by_the_parameters_shapes_is_a_usage_err
     assert main(["profile", f"{nets}:narrow", "--backward", "--optimizer", "adamx"]) == 2
     offered = capsys.readouterr().err.split("use one of ")[1]
     assert "'lbfgs'" not in offered and "'muon'" in offered and "'sparseadam'" in offered
+
+
+def test_trust_pickle_is_read_by_generate_and_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # generate took --trust-pickle (a common option) and ignored it, and fit had no such flag,
+    # though both refused a pickled module with "If you trust the file, pass --trust-pickle"
+    import torch
+    from torch import nn
+
+    saved = tmp_path / "m.pt"
+    torch.save(nn.Sequential(nn.Linear(8, 16)), saved)
+    assert main(["fit", str(saved), "--input-size", "8", "--memory", "1GB"]) == 2
+    assert "pass --trust-pickle" in capsys.readouterr().err
+    # trusted, it loads: fit answers (Linear(8, 16): 8 * 16 + 16 = 144 parameters, counted)
+    argv = ["fit", str(saved), "--trust-pickle", "--input-size", "8", "--memory", "1GB"]
+    assert main(argv) == 0
+    assert "144" in capsys.readouterr().out
+    # generate loads it too, then refuses it for what it is: no causal LM
+    assert main(["generate", str(saved), "--trust-pickle", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert "builds a Sequential, not a transformers causal LM" in err
+    assert "pass --trust-pickle" not in err

@@ -201,22 +201,31 @@ def lm_auto_class(config: Any, who: str, hint: str, *also: str) -> tuple[str, An
 
 
 def load_language_model(
-    spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
+    spec: str,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    *,
+    trust_pickle: bool = False,
 ) -> tuple[nn.Module, str]:
-    """The model and a display name for ``spec`` (see the module docstring)."""
-    model, name, _ = load_sized_model(spec, device, dtype)
+    """The model and a display name for ``spec`` (see the module docstring); ``trust_pickle``
+    as :func:`modelprof.models.load_spec`'s."""
+    model, name, _ = load_sized_model(spec, device, dtype, trust_pickle=trust_pickle)
     return model, name
 
 
 def load_sized_model(
-    spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
+    spec: str,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    *,
+    trust_pickle: bool = False,
 ) -> tuple[nn.Module, str, tuple[Any, ...] | None]:
     """:func:`load_language_model`'s model and name, with the input size (batch excluded) the
     spec records (a torchvision or timm model's, a file's ``INPUT_SIZE``); None for a config,
     which is fed token ids, and for a spec that records none."""
     named, spec = load_spec_config(spec), spec.strip()
     if named is None:
-        loaded = load_spec(spec)
+        loaded = load_spec(spec, trust_pickle=trust_pickle)
         model, size = loaded.model, None if loaded.size_defaulted else loaded.input_size
         return (
             (model.to(device=device, dtype=dtype) if device or dtype else model),
