@@ -40,6 +40,7 @@ from modelprof.runtime.names import unique_name
 __all__ = [
     "FORMATS",
     "build_parser",
+    "comma_items",
     "main",
     "parse_formats",
     "parse_input_arg",
@@ -60,6 +61,20 @@ MODEL_HELP = (
 # --- argument parsing ----------------------------------------------------------------------------
 
 
+def comma_items(flag: str, text: str) -> list[str]:
+    """The items of a comma-separated flag value (``--format``, ``--columns``, ``--batch-size``,
+    ``--contexts``), each stripped. An empty item (``1,,2``, a comma at an end) is refused,
+    naming the flag and the value, not skipped: a list typed wrong ran as another list, where
+    a repeated or non-numeric item is refused."""
+    items = [p.strip() for p in text.split(",")]
+    if "" in items:
+        raise ModelProfError(
+            f"{flag} {text!r} has an empty item (two commas in a row, or one at an end): give "
+            "each item once, separated by single commas"
+        )
+    return items
+
+
 def parse_input_size_arg(text: str) -> tuple[int, ...]:
     """``"3,224,224"``, ``"3x224x224"``, ``"3X224X224"``, ``"3×224×224"``, ``"3 224 224"`` or
     Python's ``"(3, 224, 224)"`` (``"[3,224,224]"``; ``"(16,)"``) -> ``(3, 224, 224)`` (batch
@@ -68,14 +83,22 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
     bracketed = re.fullmatch(r"\((.*?),?\s*\)|\[(.*?),?\s*\]", inner)
     if bracketed:  # a tuple or list as Python writes it, a one-tuple's trailing comma too
         inner = next(g for g in bracketed.groups() if g is not None)
-    parts = re.split(r"\s*[,xX×]\s*|\s+", inner.strip())
-    size = tuple(int(p) for p in parts if re.fullmatch("[0-9]+", p))  # (not int's "+3", "3_0")
-    if len(size) != len(parts) or any(d <= 0 for d in size):
+    size = _dims(inner)
+    if size is None:
         raise ModelProfError(
             f"--input-size {text!r} must be positive integers such as 3,224,224 (also 3x224x224, "
             "'3 224 224' or (3,224,224); batch excluded)"
         )
     return size
+
+
+def _dims(text: str) -> tuple[int, ...] | None:
+    """``"3,224,224"`` (``3x224x224``, ``3 224 224``) -> ``(3, 224, 224)``: positive integers
+    with one separator between two (``3,,64`` and ``3,x,64`` are none, not 3x64); else None.
+    ``--input-size`` and an ``--input``'s shape read a size by this one rule."""
+    parts = re.split(r"\s*[,xX×]\s*|\s+", text.strip())
+    size = tuple(int(p) for p in parts if re.fullmatch("[0-9]+", p))  # (not int's "+3", "3_0")
+    return None if len(size) != len(parts) or any(d <= 0 for d in size) else size
 
 
 def _input_size_type(text: str) -> tuple[int, ...]:
@@ -133,12 +156,8 @@ def parse_input_arg(text: str) -> Any:
             f"--input {text!r}: dtype {m['dtype']!r} is not one of "
             f"{', '.join(sorted({*_INT_DTYPES, *DTYPE_NAMES}))}"
         )
-    shape = (
-        tuple(int(p) for p in re.split(r"[,x\s]+", m["shape"].strip()) if p)
-        if re.fullmatch(r"[\d,x\s]*", m["shape"])
-        else None
-    )
-    if shape is None or any(d <= 0 for d in shape):
+    shape = _dims(m["shape"]) if m["shape"].strip() else ()  # []: one number per sample
+    if shape is None:
         raise ModelProfError(
             f"--input {text!r}: shape [{m['shape']}] must be positive integers "
             "such as [128] or [3,224,224] (batch excluded)"
@@ -172,17 +191,13 @@ def parse_input_arg(text: str) -> Any:
 def parse_formats(text: str) -> tuple[str, ...]:
     """``"csv,md"`` -> ``("csv", "md")``, checked against :data:`FORMATS`, order kept."""
     chosen: list[str] = []
-    for part in (p.strip().lower().lstrip(".") for p in text.split(",")):
-        if not part:
-            continue
+    for part in (p.lower().lstrip(".") for p in comma_items("--format", text)):
         try:
             fmt = part if part == "png" else get_format(part).suffix
         except ModelProfError:
             raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}") from None
         if fmt not in chosen:
             chosen.append(fmt)
-    if not chosen:
-        raise ModelProfError(f"--format {text!r} names no format; use some of {', '.join(FORMATS)}")
     return tuple(chosen)
 
 
@@ -887,14 +902,14 @@ _TIMED_GROUPS = ("timing", "step_timing", "kernels", "roofline", "utilization")
 
 
 def _columns_arg(text: str | None, args: Any) -> Any:
-    """``--columns``: ``all``, declared column names (empty items skipped; refused by name
+    """``--columns``: ``all``, declared column names (an empty item refused; refused by name
     before anything runs, as is one the flags given leave unfilled, naming the flag) or None:
     not given, or ``compact``, the default."""
     if text is None:
         return None
     import modelprof.columns as registry
 
-    names = [c.strip() for c in text.split(",") if c.strip()]
+    names = comma_items("--columns", text)
     if names in (["all"], ["compact"]):
         return None if names == ["compact"] else "all"
     unknown = [c for c in names if registry.column(c) is None]
@@ -1148,8 +1163,9 @@ def _show_throughput(ctx: _Context, name: str, size: Any, result: Any, steps: st
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
     if text is None:
         return None
+    items = comma_items(flag, text)  # (an empty item refused, not skipped)
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in items]
     except ValueError:
         raise ModelProfError(f"{flag} {text!r} must be comma-separated integers") from None
 

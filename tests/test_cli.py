@@ -115,8 +115,9 @@ def test_columns_choose_the_printed_and_human_tables_columns(
     # all: every column; an unknown name is refused by name
     assert main([*argv, "--columns", "all", "--format", "md"]) == 0
     assert "MAdd" in (out_dir / "nets_wide.md").read_text()
-    # empty items are skipped, and compact (the default) is taken by name
-    assert main([*argv, "--columns", "module,macs,", "--format", "md"]) == 0
+    # an empty item is refused as every comma list's is (test_cli_comma_lists), and compact
+    # (the default) is taken by name
+    assert main([*argv, "--columns", "module,macs,", "--format", "md"]) == 2
     assert main([*argv, "--columns", "compact", "--format", "md"]) == 0
     assert "output shape" in (out_dir / "nets_wide.md").read_text()
     capsys.readouterr()
