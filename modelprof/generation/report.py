@@ -29,7 +29,7 @@ from modelprof.render.html import html_notebook
 from modelprof.render.markdown import prose
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
-from modelprof.render.views import compact_columns, default_priority
+from modelprof.render.views import ROUGH_MARK, compact_columns, default_priority
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 from modelprof.runtime.env import jsonable
@@ -83,13 +83,15 @@ _SHAPING = frozenset(
 )
 
 
-def _median_text(m: Any) -> str:
-    """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or why there is none."""
+def _median_text(m: Any, rough: bool = False) -> str:
+    """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or why there is none;
+    ``rough`` (the summary's ``*_rough``): marked ``~``, as the notes below it say."""
+    mark = ROUGH_MARK if rough else ""
     if not m.has_interval:
         why = m.short_reason or f"no interval from {m.n} runs in {m.n_blocks} blocks"
-        return f"{m.median_ms:.3f} ms ({why})"
+        return f"{mark}{m.median_ms:.3f} ms ({why})"
     lo, hi = m.median_ci_ms
-    return f"{m.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+    return f"{mark}{m.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -584,10 +586,11 @@ class GenerationReport(Exports):
             )
             t = self.timings.get(b)
             if t is not None:
-                line += f"; TTFT {_median_text(t.ttft)}"
+                rough = {k: self._rough(series, f"batch {b}") for k, series in _FIGURES.items()}
+                line += f"; TTFT {_median_text(t.ttft, rough['ttft'])}"
                 if t.tpot is not None:
                     line += (
-                        f", TPOT {_median_text(t.tpot)}"
+                        f", TPOT {_median_text(t.tpot, rough['tpot'])}"
                         f"{' DRIFTED' if t.tpot.stable is False else ''}, " + _tokens_rate(t)
                     )
                 if t.step_slope is not None:
