@@ -6,12 +6,18 @@ up (Measurements built with it), never made."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 from helpers import blocked
 from torch import nn
 
 from modelprof import profile_generation
+from modelprof.generation.compare import _table
 from modelprof.generation.timing import GenerationTiming
+from modelprof.render import read_csv
+from modelprof.report.comparison import Comparison
+from modelprof.timing.options import TimingOptions
 
 LOAD = dict(cpu_clock="thread_time", competing_cores=1.5)  # 1.5 cores of other work: loaded
 
@@ -56,3 +62,49 @@ def test_the_printed_report_marks_a_rough_ttft_and_tpot_as_its_notes_say():
     assert "TPOT 3.000 ms (3.000-3.000)" in line
     quiet = _batch_line(_report(ttft_loaded=False, tpot_loaded=False))
     assert "TTFT 9.000 ms" in quiet and "~" not in quiet
+
+
+def test_a_tokens_rate_over_a_rough_figure_is_rough_in_the_frame_and_every_view():
+    # TPOT loaded, end to end quiet: 1000 / 3 ms = 333.3 tokens/s rough (per sequence and, at
+    # batch 1, over the batch), 1 x 3 tokens / 15 ms = 200 tokens/s end to end not
+    report = _report(ttft_loaded=False, tpot_loaded=True, whole_loaded=False)
+    row = report.summary().iloc[0]
+    assert bool(row["tpot_rough"]) and not bool(row["end_to_end_rough"])
+    assert bool(row["tokens_per_s_rough"]) and bool(row["batch_tokens_per_s_rough"])
+    assert not bool(row["end_to_end_tokens_per_s_rough"])
+    assert "~333.3 tokens/s (200.0 end to end)" in _batch_line(report)
+    md = str(report.to_markdown()).split("## Summary\n\n")[1].split("\n\n")[0]
+    header, _, cells = md.splitlines()[:3]
+    at = {c.strip(): i for i, c in enumerate(header.split("|"))}
+    cell = [c.strip() for c in cells.split("|")]
+    assert cell[at["tokens per s"]] == "~333.33" and cell[at["batch tokens per s"]] == "~333.33"
+    assert cell[at["end to end tokens per s"]] == "200.00"
+    # the end to end loaded instead: its rate marked, the TPOT's not
+    row = _report(ttft_loaded=False, tpot_loaded=False, whole_loaded=True).summary().iloc[0]
+    assert bool(row["end_to_end_tokens_per_s_rough"]) and not bool(row["tokens_per_s_rough"])
+
+
+def test_a_generation_comparison_marks_a_rough_tokens_rate_and_reads_its_flag_back(tmp_path):
+    quiet = blocked([3.0] * 3)
+    busy = blocked([3.0] * 3, cpu_ms=np.full(60, 2.0), **LOAD)  # wall/CPU 1.5: loaded
+    assert busy.loaded and not quiet.loaded
+
+    def timing(tpot):
+        # tokens/s 1000 / 3 ms; end to end 1 x 3 tokens / 3 ms (the TTFT's Measurement)
+        summary = {"ttft_ms": 3.0, "tpot_ms": tpot.median_ms, "end_to_end_ms": 3.0}
+        summary.update(tokens_per_s=1e3 / 3, end_to_end_tokens_per_s=1e3)
+        return SimpleNamespace(end_to_end=quiet, ttft=quiet, tpot=tpot, summary=lambda: summary)
+
+    lms = [("spared", None, None, 0), ("hit", None, None, 0)]
+    df = _table(lms, [timing(quiet), timing(busy)], TimingOptions())
+    flags = ["tokens_per_s_rough", "end_to_end_tokens_per_s_rough"]
+    assert df[flags].astype(bool).values.tolist() == [[False, False], [True, False]]
+    table = Comparison(df)
+    table.attrs = dict(df.attrs, baseline="spared")
+    out = str(table.render.export("markdown", columns=["model", "tokens_per_s"]))
+    hit = next(line for line in out.splitlines() if line.startswith("| hit "))
+    assert "~333.33" in hit.replace("\\~", "~")
+    assert "nor is a tokens/s over one of them" in out
+    back = read_csv(table.render.to_csv(tmp_path / "g.csv")).set_index("model")
+    assert back["tokens_per_s_rough"].dtype == bool
+    assert back["tokens_per_s_rough"].tolist() == [False, True]

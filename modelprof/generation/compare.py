@@ -20,7 +20,12 @@ from modelprof.generation.lm import language_model, outputs_by_name
 from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec, counts_last_token
-from modelprof.generation.timing import generation_sampler, stable_flags, timing_from
+from modelprof.generation.timing import (
+    generation_sampler,
+    rate_flags,
+    stable_flags,
+    timing_from,
+)
 from modelprof.report.comparison import (
     Comparison,
     every_model_failed,
@@ -317,6 +322,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
         row.update(_cpu_columns(t, base, *ratio_args))
         rough_flags(checks.get(name, []), row, ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"))
         row.update({f"{kind}_rough": bool(why) for kind, why in _unquotable(t).items()})
+        row.update(rate_flags(row))  # tokens/s: rough with the TPOT or end to end it is over
         rows.append(row)
     df = stable_flags(pd.DataFrame(rows)).set_index("model")
     measured = [m for t in timings for m in _measured(t)]

@@ -22,7 +22,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
-from modelprof.generation.timing import GenerationTiming, fit_slope, stable_flags
+from modelprof.generation.timing import GenerationTiming, fit_slope, rate_flags, stable_flags
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.html import html_notebook
@@ -358,7 +358,8 @@ class GenerationReport(Exports):
         on the CPU their CPU work, ``ttft_cpu_ms``...: the figures to quote where a loaded run's
         note says so), tokens/s and the counted prefill and last decode step. ``*_rough``:
         slower than a bigger batch's, beyond both intervals, or no figure to quote by its own
-        runs (the notes say which)."""
+        runs (the notes say which); a tokens/s figure's (``tokens_per_s_rough``...) is that of
+        the TPOT or end to end it is computed from."""
         rows = []
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
@@ -375,6 +376,7 @@ class GenerationReport(Exports):
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
                 for kind, series in _FIGURES.items():
                     row[f"{kind}_rough"] = self._rough(series, f"batch {b}")
+                row.update(rate_flags(row))  # tokens/s: rough with the figure it is over
             rows.append(row)
         return shown(stable_flags(pd.DataFrame(rows)))
 
@@ -591,7 +593,8 @@ class GenerationReport(Exports):
                 if t.tpot is not None:
                     line += (
                         f", TPOT {_median_text(t.tpot, rough['tpot'])}"
-                        f"{' DRIFTED' if t.tpot.stable is False else ''}, " + _tokens_rate(t)
+                        f"{' DRIFTED' if t.tpot.stable is False else ''}, "
+                        + _tokens_rate(t, rough["tpot"], rough["end_to_end"])
                     )
                 if t.step_slope is not None:
                     line += f"; step growth {t.step_slope.describe()}"
@@ -726,17 +729,18 @@ _LATEX_PRIORITY = default_priority(
 )
 
 
-def _tokens_rate(t: GenerationTiming) -> str:
+def _tokens_rate(t: GenerationTiming, tpot_rough: bool, whole_rough: bool) -> str:
     """Decode tokens per second at the median step, over the batch where it holds several
     sequences (the figure a serving table quotes), per sequence beside it; and over the median
     whole generation (prefill and every step: slow steps, which the median step leaves out,
-    count there)."""
-    whole = f"{t.end_to_end_tokens_per_s:,.1f} end to end"
+    count there). Each marked ``~`` where the TPOT (the end to end) it is over is rough."""
+    step, end = (ROUGH_MARK if rough else "" for rough in (tpot_rough, whole_rough))
+    whole = f"{end}{t.end_to_end_tokens_per_s:,.1f} end to end"
     if t.batch_size == 1:
-        return f"{t.tokens_per_s:,.1f} tokens/s ({whole})"
+        return f"{step}{t.tokens_per_s:,.1f} tokens/s ({whole})"
     return (
-        f"{t.batch_tokens_per_s:,.1f} tokens/s over the batch ({t.tokens_per_s:,.1f} per "
-        f"sequence; {whole})"
+        f"{step}{t.batch_tokens_per_s:,.1f} tokens/s over the batch ({step}"
+        f"{t.tokens_per_s:,.1f} per sequence; {whole})"
     )
 
 

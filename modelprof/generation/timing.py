@@ -170,6 +170,20 @@ class GenerationTiming:
 #: a figure's columns in ``GenerationTiming.summary`` (after its name: ``ttft_ms``...)
 _FIGURE = "_ms _ci_low_ms _ci_high_ms _min_ms _stable _drift_pct".split()
 
+#: each tokens/s figure of ``GenerationTiming.summary`` and the figure it is computed from
+RATES = {
+    "tokens_per_s": "tpot",
+    "batch_tokens_per_s": "tpot",
+    "end_to_end_tokens_per_s": "end_to_end",
+}
+
+
+def rate_flags(row: dict[str, Any]) -> dict[str, bool]:
+    """``<rate>_rough`` of each tokens/s figure in ``row`` (a summary row with its
+    ``tpot_rough``, ``end_to_end_rough``): a rate computed from a figure that is no figure to
+    quote is none either, marked ``~`` beside it."""
+    return {f"{r}_rough": bool(row.get(f"{k}_rough")) for r, k in RATES.items() if r in row}
+
 
 def stable_flags(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` (rows of ``GenerationTiming.summary``) with each ``*_stable`` column as pandas'

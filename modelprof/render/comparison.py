@@ -280,11 +280,16 @@ _LATENCY_FIGURES = frozenset(
 )
 
 #: the columns a generation comparison's ``ttft_rough``, ``tpot_rough`` and
-#: ``end_to_end_rough`` mark
+#: ``end_to_end_rough`` mark, with the tokens/s computed from them (``tokens_per_s_rough``...)
 _GENERATION_FIGURES = frozenset(
-    f"{kind}{suffix}"
-    for kind in ("ttft", "tpot", "end_to_end")
-    for suffix in ("_ms", "_ci_low_ms", "_ci_high_ms")
+    [
+        *(
+            f"{kind}{suffix}"
+            for kind in ("ttft", "tpot", "end_to_end")
+            for suffix in ("_ms", "_ci_low_ms", "_ci_high_ms")
+        ),
+        *"tokens_per_s batch_tokens_per_s end_to_end_tokens_per_s".split(),
+    ]
 )
 
 #: the columns a training step's ``backward_latency_rough``, ``step_latency_rough`` and
@@ -311,7 +316,10 @@ def _marked(attrs: Mapping[str, Any], shown: Collection[str] | None) -> list[str
     figures = attrs.get("unquotable_generation") or {}  # compare_generation's, by one rule
     if figures and (shown is None or _GENERATION_FIGURES & set(shown)):
         said = "; ".join(f"{what} ({why})" for what, why in figures.items())
-        out.append(f"TTFT, TPOT and end to end marked ~ are no figure to quote: {said}")
+        out.append(
+            f"TTFT, TPOT and end to end marked ~ are no figure to quote: {said}; nor is a "
+            "tokens/s over one of them"
+        )
     step = attrs.get("unquotable_step") or {}
     if step and (shown is None or _STEP_FIGURES & set(shown)):  # by the forward's rule
         said = "; ".join(f"{what} ({why})" for what, why in step.items())
