@@ -35,6 +35,7 @@ from modelprof.timing.agreement import (
     neighbour_disagreements,
 )
 from modelprof.timing.measurement import Measurement
+from modelprof.timing.peaks import Peaks
 
 pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
@@ -209,6 +210,10 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     timed = rows["latency_ms"].notna()
     assert (rows["latency_rough"] == (timed & (rows["context"] == 5))).all()
     assert (timed & (rows["context"] == 5)).any()
+    # its utilization as well: the step's time and each ratio over it (prefill, decode@5, 6, 7)
+    u = report.utilization(peak=Peaks(peak_flops=1e12, peak_bytes=1e11)).phases
+    for flag in ("time_rough", "mfu_rough", "mbu_rough"):
+        assert u[flag].tolist() == [False, True, False, False], flag
     # every export says why: the whole-report Markdown lists the note, a paper table's caption
     # says what the ~ marks, an HTML page shows the note above the table
     assert f"## Timing notes\n\n- {d.note()}" in report.to_markdown()

@@ -18,6 +18,7 @@ from modelprof.generation.timing import GenerationTiming
 from modelprof.render import read_csv
 from modelprof.report.comparison import Comparison
 from modelprof.timing.options import TimingOptions
+from modelprof.timing.peaks import Peaks
 
 LOAD = dict(cpu_clock="thread_time", competing_cores=1.5)  # 1.5 cores of other work: loaded
 
@@ -108,3 +109,22 @@ def test_a_generation_comparison_marks_a_rough_tokens_rate_and_reads_its_flag_ba
     back = read_csv(table.render.to_csv(tmp_path / "g.csv")).set_index("model")
     assert back["tokens_per_s_rough"].dtype == bool
     assert back["tokens_per_s_rough"].tolist() == [False, True]
+
+
+def test_utilization_over_a_rough_generation_time_is_flagged_and_marked():
+    # TTFT loaded: the prefill's generation time (the TTFT, 9 ms) and the MFU and MBU over it
+    # rough; TPOT quiet: the decode steps' (their median step, 3 ms) not
+    report = _report(ttft_loaded=True, tpot_loaded=False)
+    u = report.utilization(peak=Peaks(peak_flops=1e12, peak_bytes=1e11))
+    table = u.phases
+    assert table["phase"].tolist() == ["prefill", "decode", "decode"]
+    assert table["generation_ms"].tolist() == [9.0, 3.0, 3.0]
+    for flag in ("generation_rough", "mfu_generation_rough", "mbu_generation_rough"):
+        assert table[flag].tolist() == [True, False, False], flag
+    lines = repr(u).splitlines()
+    prefill = next(line for line in lines if line.startswith("prefill"))
+    assert "~9.00 ms" in prefill and prefill.count("~") == 3  # the time and its two ratios
+    assert not any("~" in line for line in lines if line.startswith("decode"))
+    # the TPOT loaded instead: the decode steps' generation time and ratios
+    table = _report(ttft_loaded=False, tpot_loaded=True).utilization(peak=u.convention.peaks)
+    assert table.phases["mbu_generation_rough"].tolist() == [False, True, True]

@@ -31,7 +31,7 @@ from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
 from modelprof.render.views import ROUGH_MARK, compact_columns, default_priority
 from modelprof.report.frames import shown
-from modelprof.report.utilization import Utilization
+from modelprof.report.utilization import RATIOS, Utilization
 from modelprof.runtime.env import jsonable
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.measurement import quieter_machine, unquotable
@@ -288,22 +288,31 @@ class GenerationReport(Exports):
         first (one batch size's phases: a figure per phase, not one per batch). Where
         generations were timed, ``phases`` adds ``generation_ms`` (TTFT for the prefill, the
         median step at a decode step's context) and ``mfu_generation``, ``mbu_generation`` over
-        it."""
+        it. Rough (``~``) as the report marks the time beneath: ``time_rough`` where the phase
+        table marks the phase's, ``generation_rough`` where the summary marks the TTFT (the
+        TPOT, whose runs a decode step's median is of), and each ratio over a rough time (or
+        against a peak probed on a busy machine) with its ``<ratio>_rough``."""
         rows, phases, first = [], [], None
-        timing = self.timings.get(self._batch(batch_size))
-        for p in self.phases(batch_size):
+        b = self._batch(batch_size)
+        timing = self.timings.get(b)
+        for p in self.phases(b):
             # an encoder attends both ways, a decode step's one query masks nothing
             u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
             rows.append(_tagged(u.rows, p))
             phases.append(_tagged(u.phases.drop(columns="phase"), p))
+            phases[-1]["time_rough"] |= self._rough(_PHASES, _phase_point(p))
             phases[-1]["generation_ms"] = _in_generation(timing, p)
+            kind = {"prefill": "ttft", "decode": "tpot"}.get(p.name)
+            rough = kind is not None and timing is not None
+            phases[-1]["generation_rough"] = rough and self._rough(_FIGURES[kind], f"batch {b}")
         table = pd.concat(phases, ignore_index=True)
         chosen = first.convention.peaks
         if chosen is not None:
             seconds = table["generation_ms"] * 1e-3
             table["mfu_generation"] = table["model_flops"] / (seconds * chosen.peak_flops)
             table["mbu_generation"] = table["bytes"] / (seconds * chosen.peak_bytes)
+        table = _flag_ratios(table, chosen)
         return Utilization(first.convention, pd.concat(rows, ignore_index=True), table, {})
 
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
@@ -656,6 +665,8 @@ _FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "end_to_end": "the end-to-end g
 #: the neighbour check's series: each generation figure across batch sizes, and the phases' time
 _FIGURES = {kind: f"{name} across batch sizes" for kind, name in _FIGURE_NAMES.items()}
 _PHASES = "the phases' time (per-layer passes' plain runs)"
+#: the ratios over a phase's time inside the generations (``generation_ms``)
+_GENERATION_RATIOS = ("mfu_generation", "mbu_generation")
 
 
 def _listed(items: list[str]) -> str:
@@ -763,6 +774,19 @@ def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
     if not at.any():
         return math.nan
     return float(np.median(timing.step_ms[:, at]))
+
+
+def _flag_ratios(table: pd.DataFrame, peaks: Any) -> pd.DataFrame:
+    """``table`` (the phases' utilization) with each ratio rough where measured over a rough
+    time (``time_rough`` for MFU, HFU and MBU, ``generation_rough`` for ``*_generation``) or
+    against a peak probed on a busy machine (as ``mark_loaded`` flags MFU, HFU and MBU)."""
+    busy = peaks is not None and bool(peaks.loaded)
+    for time, ratios in (("time_rough", RATIOS), ("generation_rough", _GENERATION_RATIOS)):
+        for r in (r for r in ratios if r in table):
+            measured = np.isfinite(table[r].to_numpy(dtype=float))
+            flag = table[f"{r}_rough"].to_numpy(dtype=bool) if f"{r}_rough" in table else busy
+            table[f"{r}_rough"] = (flag | table[time].to_numpy(dtype=bool)) & measured
+    return table
 
 
 def _md(df: pd.DataFrame) -> str:

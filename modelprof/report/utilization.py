@@ -98,7 +98,6 @@ registry.declare(
 _UNITS = {"bytes": "_bytes"}  # a frame's ``bytes``: read + write bytes, in IEC units
 #: the fractions of a peak; against a probe that ran loaded each has its ``<name>_rough`` flag
 RATIOS = ("mfu", "hfu", "mbu")
-_RATIO_FLAGS = tuple(f"{r}_rough" for r in RATIOS)
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
 _PEAK_NAMES = {"table": "datasheet", "probe": "probe", "user": "given"}
 
@@ -159,7 +158,8 @@ class Utilization:
     def __post_init__(self) -> None:  # printed whole and in human units, flags as their ~
         for name in ("rows", "phases"):
             frame = getattr(self, name)
-            flags = [f for f in (*_RATIO_FLAGS, "time_rough") if f in frame.columns]
+            # (a generation's phases add generation_rough and the ratios over it)
+            flags = [f for f in frame.columns if str(f).endswith("_rough")]
             object.__setattr__(self, name, shown(frame, units=_UNITS, marks=flags))
 
     @property
