@@ -218,7 +218,8 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     # says what the ~ marks, an HTML page shows the note above the table
     assert f"## Timing notes\n\n- {d.note()}" in report.to_markdown()
     latex = report.export("latex")
-    assert "\\textasciitilde{} rough: 1 timed point(s) take longer than a point doing" in latex
+    said = "latency marked \\textasciitilde{} is no figure to quote (slower than a phase doing "
+    assert said + "more work: decode@5 at batch 1)" in latex
     assert "decode@5 at batch 1 read 50.000 ms" in report.export("html")
 
     # a step whose time grows with the context (0.1 ms a token of context) is not marked
@@ -230,7 +231,7 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     assert not report.phase_table()["latency_rough"].any()
     assert ROUGH_MARK not in to_markdown(report.phase_table())
     assert "Timing notes" not in report.to_markdown()
-    assert "timed point(s) take longer" not in report.export("latex")
+    assert "no figure to quote" not in report.export("latex")
 
 
 # -- a ratio against its rounds ----------------------------------------------------------------

@@ -128,3 +128,19 @@ def test_utilization_over_a_rough_generation_time_is_flagged_and_marked():
     # the TPOT loaded instead: the decode steps' generation time and ratios
     table = _report(ttft_loaded=False, tpot_loaded=True).utilization(peak=u.convention.peaks)
     assert table.phases["mbu_generation_rough"].tolist() == [False, True, True]
+
+
+def test_a_table_exports_caption_counts_and_names_only_what_the_file_holds():
+    # TTFT, TPOT and end to end loaded, no per-layer timing: the text and LaTeX tables hold the
+    # phases' counted rows alone, no timed figure and no notes, so their captions say no ~
+    # (a trial's read "~ rough: 3 timed figure(s) ... (the notes say which)")
+    report = _report(ttft_loaded=True, tpot_loaded=True, whole_loaded=True)
+    assert len(report.timing_notes) == 3
+    for text in (str(report.to_text()), str(report.to_latex())):
+        assert "rough" not in text and "notes" not in text and "~" not in text
+        assert "textasciitilde" not in text
+    head = str(report.to_text()).splitlines()[0]
+    assert head.endswith(": generation (4 prompt + 3 new tokens, cpu, float32)")
+    # an HTML page writes the notes under its caption: they say which figures are rough
+    page = str(report.to_html())
+    assert all(note.split(",")[0] in page for note in report.timing_notes)

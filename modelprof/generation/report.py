@@ -460,8 +460,10 @@ class GenerationReport(Exports):
         """The caller's view (``options``: the keywords passed, which win) over this report's
         defaults: the run as caption and title; in a human format a report's compact columns
         under the phase's, kept longest in LaTeX, and no totals row (the phases' sums, every
-        batch size's, are no run's totals)."""
-        heading = self._heading(rough=True)
+        batch size's, are no run's totals). The caption says what a ``~`` of the table marks:
+        the phases' times it holds, never a figure it leaves out (the TTFT's, in the notes)."""
+        rough = self._phases_rough(self._every(batch_size)) if "latency_ms" in df else None
+        heading = self._heading() + (f"; {rough}" if rough else "")
         defaults: dict[str, Any] = dict(
             caption=heading, title=heading, standalone=True, summary=(heading, *self.timing_notes)
         )
@@ -476,23 +478,12 @@ class GenerationReport(Exports):
         batch = ["batch_size"] if len(self.batch_sizes) > 1 and batch_size is None else []
         return given.replace(columns=["phase", "context", *batch, *compact_columns(df), *bound])
 
-    def _heading(self, rough: bool = False) -> str:
-        """The run in a line; ``rough``: with what the ``~`` marks mean, when there are any."""
-        heading = (
+    def _heading(self) -> str:
+        """The run in a line."""
+        return (
             f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
             f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
         )
-        if rough and self.disagreements:
-            heading += (
-                f"; ~ rough: {len(self.disagreements)} timed point(s) take longer than a point "
-                "doing more work, beyond both intervals (the machine's load moved them)"
-            )
-        if rough and self._unquotable:
-            heading += (
-                f"; ~ rough: {len(self._unquotable)} timed figure(s) read on a loaded machine "
-                "or from too few runs (the notes say which)"
-            )
-        return heading
 
     def to_markdown(
         self, path: str | Path | None = None, *, view: Any = None, **options: Any
