@@ -144,3 +144,18 @@ def test_a_table_exports_caption_counts_and_names_only_what_the_file_holds():
     # an HTML page writes the notes under its caption: they say which figures are rough
     page = str(report.to_html())
     assert all(note.split(",")[0] in page for note in report.timing_notes)
+
+
+def test_a_phases_repr_puts_its_cache_on_a_line_of_its_own():
+    from helpers import tiny_llama
+
+    report = profile_generation(tiny_llama(2), prompt_len=8, new_tokens=3, timing=False)
+    phase = report.prefill()
+    lines = repr(phase).splitlines()
+    # the phase in a line, its report's table whole (its last line as the report prints it),
+    # the cache after it on its own line: the dataclass's repr tacked ", kv=..." onto the
+    # table's last line
+    assert lines[0] == "Phase(prefill: 8 token(s) at context 0, batch 1)"
+    table = repr(phase.report).splitlines()
+    assert lines[1:-1] == table
+    assert phase.kv is not None and lines[-1] == f"kv={phase.kv!r}"

@@ -13,6 +13,7 @@ pytest.importorskip("matplotlib")
 from matplotlib.colors import to_rgba  # noqa: E402
 from test_render_fixture import report_frame  # noqa: E402
 
+from modelprof.generation.plots import HATCHED_WORDS, ROUGH_ALPHA, ROUGH_HATCH  # noqa: E402
 from modelprof.report.plots import (  # noqa: E402
     ROUGH_WORDS,
     plot_compare,
@@ -118,6 +119,7 @@ def test_the_generation_figures_grey_a_rough_phases_times(generation, monkeypatc
     n = len(ax.get_yticklabels())
     faces = [tuple(p.get_facecolor()) for p in ax.patches]
     assert faces == [BLUE] * n + [ORANGE] * n
+    assert not any(p.get_hatch() for p in ax.patches)
     assert ROUGH_WORDS not in [t.get_text() for t in ax.get_legend().get_texts()]
     growth = report.plot_decode_growth().axes[0]
     assert not any(ROUGH_WORDS in ln.get_label() for ln in growth.get_lines())
@@ -127,11 +129,15 @@ def test_the_generation_figures_grey_a_rough_phases_times(generation, monkeypatc
     assert report.growth()["latency_rough"].all()
     fig = report.plot_phase_share()
     ax = fig.axes[0]
-    assert [tuple(p.get_facecolor()) for p in ax.patches] == [GREY] * (2 * n)
+    # every bar keeps its phase's colour (grey ones matched neither swatch of the legend),
+    # hatched and faded: rough
+    bars = [(to_rgba(p.get_facecolor(), 1.0), p.get_hatch()) for p in ax.patches]
+    assert bars == [(BLUE, ROUGH_HATCH)] * n + [(ORANGE, ROUGH_HATCH)] * n
+    assert {p.get_alpha() for p in ax.patches} == {ROUGH_ALPHA}
     legend = ax.get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == ["prefill", "decode", ROUGH_WORDS]
-    swatches = [tuple(h.get_facecolor()) for h in legend.legend_handles]
-    assert swatches == [BLUE, ORANGE, GREY]  # a phase's swatch keeps its colour
+    assert [t.get_text() for t in legend.get_texts()] == ["prefill", "decode", HATCHED_WORDS]
+    swatches = [tuple(h.get_facecolor()) for h in legend.legend_handles[:2]]
+    assert swatches == [BLUE, ORANGE] and legend.legend_handles[2].get_hatch() == ROUGH_HATCH
     growth = report.plot_decode_growth().axes[0]
     passes = [ln for ln in growth.get_lines() if "per-layer passes" in ln.get_label()]
     assert len(passes) == 1 and passes[0].get_label().endswith(ROUGH_WORDS)

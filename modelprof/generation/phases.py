@@ -51,6 +51,16 @@ class Phase:
     def label(self) -> str:
         return f"decode@{self.context}" if self.name == "decode" else self.name
 
+    def __repr__(self) -> str:
+        """The phase in a line, its report's table below it, the cache on a line of its own
+        (the dataclass's repr put ``, kv=...`` on the table's last line)."""
+        head = (
+            f"Phase({self.label}: {self.tokens} token(s) at context {self.context}, "
+            f"batch {self.batch_size})"
+        )
+        kv = [] if self.kv is None else [f"kv={self.kv!r}"]
+        return "\n".join([head, repr(self.report), *kv])
+
     @property
     def totals(self) -> dict[str, Any]:
         return self.report.totals

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelprof.render.views import ROUGH_MARK
 from modelprof.report.plots import (
     ROUGH_COLOUR,
     ROUGH_WORDS,
@@ -17,7 +18,11 @@ from modelprof.report.plots import (
     save_figure,
 )
 
-__all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
+__all__ = ["HATCHED_WORDS", "layer_shares", "plot_decode_growth", "plot_phase_share"]
+
+#: how a rough share's bar is drawn: in its phase's colour (the legend's), hatched and faded
+ROUGH_HATCH, ROUGH_ALPHA = "///", 0.45
+HATCHED_WORDS = f"{ROUGH_MARK}, hatched: rough, no figure to quote"
 
 
 def plot_decode_growth(
@@ -140,9 +145,10 @@ def plot_phase_share(
     batch_size: int | None = None,
     column: str | None = None,
 ) -> Any:
-    """Grouped bars: each block's share of the prefill beside its share of a decode step; a
-    share with a rough time summed into it (``~`` in the tables) is grey, and the legend says
-    so."""
+    """Grouped bars: each block's share of the prefill beside its share of a decode step, in
+    the phase's colour; a share with a rough time summed into it (``~`` in the tables) is
+    hatched and faded, keeping that colour (grey bars matched neither phase's swatch), and the
+    legend says so."""
     shares = layer_shares(report, batch_size, column)
     n = len(shares)
     fig = figure_class()(figsize=(8.0, max(2.5, 0.35 * n + 1.2)), layout="constrained")
@@ -150,18 +156,20 @@ def plot_phase_share(
     y = np.arange(n)
     from matplotlib.patches import Patch  # (matplotlib is there: figure_class found it)
 
-    key = []  # the legend's swatches: a phase's first bar may be grey
+    key = []  # the legend's swatches: a phase's first bar may be rough
     for offset, phase, colour in ((-0.2, "prefill", "tab:blue"), (0.2, "decode", "tab:orange")):
         rough = shares[f"{phase}_rough"].to_numpy(dtype=bool)
-        colours = [ROUGH_COLOUR if r else colour for r in rough]
-        ax.barh(y + offset, shares[phase] * 100, height=0.4, color=colours)
+        bars = ax.barh(y + offset, shares[phase] * 100, height=0.4, color=colour)
+        for bar in (b for b, r in zip(bars, rough) if r):
+            bar.set(hatch=ROUGH_HATCH, alpha=ROUGH_ALPHA, edgecolor=ROUGH_COLOUR)
         key.append(Patch(color=colour, label=phase))
     ax.set_yticks(y, [m or "(root)" for m in shares.index])
     ax.invert_yaxis()
     ax.set_xlabel(f"share of the phase's {shares.attrs['column']} (%)")
     ax.set_title("Prefill vs decode, per layer")
     if shares[["prefill_rough", "decode_rough"]].to_numpy().any():
-        key.append(Patch(color=ROUGH_COLOUR, label=ROUGH_WORDS))
+        swatch = dict(facecolor="white", edgecolor=ROUGH_COLOUR, hatch=ROUGH_HATCH)
+        key.append(Patch(**swatch, label=HATCHED_WORDS))
     ax.legend(handles=key)
     ax.grid(axis="x", alpha=0.3)
     return save_figure(fig, save)
