@@ -1198,17 +1198,7 @@ def _run_generate(ctx: _Context) -> None:
     print(report, file=ctx.stdout)
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
-        mem = report.memory
-        longest, batch = mem.max_context(args.memory), mem.max_batch(args.memory)
-        note = mem.prefill_note  # (read after the counts: one may have failed)
-        print(
-            f"\nfits {args.memory:,.0f} bytes (prompts as long as the context): batch <= "
-            f"{batch} at {mem.context} tokens; context <= {longest} tokens at batch "
-            f"{mem.batch_size}"
-            + (" (the model's position limit)" if longest == mem.max_positions else "")
-            + (f"\nnote: {note}" if note else ""),
-            file=ctx.stdout,
-        )
+        print(f"\n{report.memory.fit_text(args.memory)}", file=ctx.stdout)
     if ctx.out is None:
         return
     stem = f"{name}_generation"
@@ -1219,7 +1209,12 @@ def _run_generate(ctx: _Context) -> None:
             (f"{stem}{at}_decode_growth", lambda b=b: report.plot_decode_growth(batch_size=b)),
             (f"{stem}{at}_phase_share", lambda b=b: report.plot_phase_share(batch_size=b)),
         ]
-    ctx.write_formats(stem, report.export, figures)
+
+    def export(fmt: str, path: Path) -> Any:  # the Markdown document: with --memory, what fits
+        fits = {"memory_bytes": args.memory} if fmt == "md" else {}
+        return report.export(fmt, path, **fits)
+
+    ctx.write_formats(stem, export, figures)
     if report.peaks is not None and "csv" in ctx.formats:
         ctx.write(
             ctx.path(f"{stem}_bound", "csv"), lambda p: report.bound_table().to_csv(p, index=False)

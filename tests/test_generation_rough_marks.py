@@ -9,10 +9,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from helpers import blocked
 from torch import nn
 
 from modelprof import profile_generation
+from modelprof.errors import ModelProfError
 from modelprof.generation.compare import _table
 from modelprof.generation.timing import GenerationTiming
 from modelprof.render import read_csv
@@ -159,3 +161,37 @@ def test_a_phases_repr_puts_its_cache_on_a_line_of_its_own():
     table = repr(phase.report).splitlines()
     assert lines[1:-1] == table
     assert phase.kv is not None and lines[-1] == f"kv={phase.kv!r}"
+
+
+def test_the_markdown_document_holds_the_memory_plan_and_what_fits(tmp_path, capsys):
+    # README: to_markdown is "the whole report"; it left out report.memory, and the command
+    # line's --memory answer was printed alone, in no file written
+    from helpers import tiny_llama
+
+    from modelprof.cli import main
+
+    report = profile_generation(tiny_llama(2), prompt_len=8, new_tokens=3, timing=False)
+    mem = report.memory
+    md = str(report.to_markdown())
+    plan = md.split("## Memory plan\n\n")[1]
+    # one row per phase of the plan (prefill, decode), at its batch and context
+    assert plan.startswith(f"At batch {mem.batch_size} and {mem.context} tokens of context")
+    rows = [line for line in plan.splitlines() if line.startswith("| ")][1:]
+    assert [r.split("|")[1].strip() for r in rows] == list(mem.activation_per_seq_bytes)
+    assert "fits" not in plan
+    said = mem.fit_text(1e9).splitlines()[0].replace("<", "\\<")  # (Markdown escapes "<")
+    assert said in str(report.to_markdown(memory_bytes=1e9))
+    assert said.startswith("fits 1,000,000,000 bytes")
+    spec = (
+        "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=128"
+    )
+    argv = ["generate", spec, "--prompt-len", "8", "--new-tokens", "2", "--no-timing"]
+    assert main([*argv, "--memory", "1GB", "--out", str(tmp_path), "--format", "md"]) == 0
+    printed = next(line for line in capsys.readouterr().out.splitlines() if "fits " in line)
+    (written,) = tmp_path.glob("*.md")
+    assert printed.replace("<", "\\<") in written.read_text()
+    # a table export holds no plan: memory_bytes there is refused, not dropped
+    for fmt in ("text", "csv"):
+        with pytest.raises(ModelProfError, match="Markdown document alone"):
+            report.export(fmt, memory_bytes=1e9)

@@ -297,6 +297,20 @@ class MemoryPlan:
         limit = self.max_positions if self.max_positions is not None else sys.maxsize
         return limit if full <= 0 else min(int(free // full), limit)
 
+    def fit_text(self, memory_bytes: float) -> str:
+        """What fits ``memory_bytes`` in words: the largest batch at the plan's context and the
+        longest context at its batch (prompts as long as the context), with the prefill's note
+        where the longer prompts' activations could not be counted."""
+        longest, batch = self.max_context(memory_bytes), self.max_batch(memory_bytes)
+        note = self.prefill_note  # (read after the counts: one may have failed)
+        return (
+            f"fits {memory_bytes:,.0f} bytes (prompts as long as the context): batch <= "
+            f"{batch} at {self.context} tokens; context <= {longest} tokens at batch "
+            f"{self.batch_size}"
+            + (" (the model's position limit)" if longest == self.max_positions else "")
+            + (f"\nnote: {note}" if note else "")
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(
             dataclasses.replace(self, count_prefill=None, _counted={}, _warned=[])

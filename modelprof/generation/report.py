@@ -419,14 +419,16 @@ class GenerationReport(Exports):
         batch_size: int | None = None,
         *,
         view: Any = None,
+        memory_bytes: float | None = None,
         **options: Any,
     ) -> str | Path:
         """Any registered format: :meth:`to_dataframe` (every batch size, or ``batch_size``),
         captioned with the run; a raw format (CSV, JSON) carries the rest of the report as its
         environment (:meth:`_document`); Markdown is :meth:`to_markdown`. ``view=ViewOptions(
         ...)`` or its fields as keywords (``columns``, ``depth``, ``units``...; a keyword wins,
-        and either wins over the defaults here), as every exporter takes them. The text, or
-        ``path`` written."""
+        and either wins over the defaults here), as every exporter takes them; ``memory_bytes``:
+        the Markdown document also says what fits that many bytes (:meth:`to_markdown`). The
+        text, or ``path`` written."""
         fmt = get_format(format)
         check_read_by(fmt.name, options)
         given = ViewOptions.parse(view, **options)
@@ -437,13 +439,18 @@ class GenerationReport(Exports):
                     "table is the phases' rows in modelprof's: export one phase's Report for it "
                     f"(report.prefill().report.export(..., {name}=...))"
                 )
+        if memory_bytes is not None and (fmt.name != "markdown" or given.standalone is False):
+            raise ModelProfError(  # refused, not dropped
+                f"memory_bytes={memory_bytes!r}: what fits is said by the Markdown document "
+                f"alone (to_markdown), not a {fmt.name} table; report.memory.fit_text() says it"
+            )
         if fmt.name == "markdown" and given.standalone is not False:
             if batch_size is not None:  # the document is every batch size's: refused, not dropped
                 raise ModelProfError(
                     f"batch_size={batch_size!r}: the Markdown document covers every batch size; "
                     "pass standalone=False for one batch size's per-layer table"
                 )
-            return self._markdown_document(path, given, options)
+            return self._markdown_document(path, given, options, memory_bytes)
         df = self.to_dataframe(batch_size)
         given = self._table_view(fmt.human, df, batch_size, given, options)
         env = None if fmt.human else self._document()
@@ -486,15 +493,26 @@ class GenerationReport(Exports):
         )
 
     def to_markdown(
-        self, path: str | Path | None = None, *, view: Any = None, **options: Any
+        self,
+        path: str | Path | None = None,
+        *,
+        view: Any = None,
+        memory_bytes: float | None = None,
+        **options: Any,
     ) -> str | Path:
-        """The summary, the phases and the KV cache as Markdown tables (needs tabulate), a
-        document that takes no view options; with ``standalone=False`` the per-layer table
-        alone, which takes them as :meth:`export` does."""
-        return self.export("markdown", path, view=view, **options)
+        """The whole report: the summary, the phases, the KV cache and the memory plan as
+        Markdown tables (needs tabulate), with ``memory_bytes`` what fits that many bytes
+        (``report.memory.fit_text``), a document that takes no view options; with
+        ``standalone=False`` the per-layer table alone, which takes them as :meth:`export`
+        does."""
+        return self.export("markdown", path, view=view, memory_bytes=memory_bytes, **options)
 
     def _markdown_document(
-        self, path: str | Path | None, given: ViewOptions, options: dict[str, Any]
+        self,
+        path: str | Path | None,
+        given: ViewOptions,
+        options: dict[str, Any],
+        memory_bytes: float | None = None,
     ) -> str | Path:
         """:meth:`to_markdown`'s document: its tables are shown whole, so an option that would
         select or shape a table is refused, not dropped (a keyword, or a shared ``view``'s
@@ -524,11 +542,27 @@ class GenerationReport(Exports):
         if self.kv is not None:
             kv = {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}
             parts += ["", "## KV cache", "", _md(pd.DataFrame([kv]))]
+        if self.memory is not None:
+            parts += ["", "## Memory plan", "", *self._memory_lines(memory_bytes)]
         if self.moe is not None:
             moe = self.moe
             active = f"active parameters per token {moe.active_params:,} of {moe.total_params:,}"
             parts += ["", "## Mixture of experts", "", active, "", _md(moe.tokens_per_expert())]
         return emit("\n".join(parts) + "\n", path)
+
+    def _memory_lines(self, memory_bytes: float | None) -> list[str]:
+        """The memory plan as the document says it: per phase, the bytes to hold this run
+        (weights, KV cache and token ids at the plan's batch and context, the activations),
+        and with ``memory_bytes`` what fits that many (the command line's ``--memory``)."""
+        mem = self.memory
+        lines = [
+            f"At batch {mem.batch_size} and {mem.context} tokens of context, per phase:",
+            "",
+            _md(mem.table()),
+        ]
+        if memory_bytes is not None:
+            lines += ["", *(prose(line) for line in mem.fit_text(memory_bytes).splitlines())]
+        return lines
 
     def _document(self) -> dict[str, Any]:
         """What a raw export carries beside the table, as plain JSON values."""
