@@ -199,13 +199,18 @@ def test_the_tokens_rate_says_whether_it_is_over_the_batch():
     four = SimpleNamespace(
         batch_size=4, tokens_per_s=88.75, batch_tokens_per_s=355.0, end_to_end_tokens_per_s=300.0
     )
-    assert _tokens_rate(four) == (
+    assert _tokens_rate(four, False, False) == (
         "355.0 tokens/s over the batch (88.8 per sequence; 300.0 end to end)"
     )
     one = SimpleNamespace(
         batch_size=1, tokens_per_s=88.75, batch_tokens_per_s=88.75, end_to_end_tokens_per_s=40.0
     )
-    assert _tokens_rate(one) == "88.8 tokens/s (40.0 end to end)"
+    assert _tokens_rate(one, False, False) == "88.8 tokens/s (40.0 end to end)"
+    # a rate over a rough TPOT (a rough end to end) is rough: marked ~, each by its own
+    assert _tokens_rate(one, True, False) == "~88.8 tokens/s (40.0 end to end)"
+    assert _tokens_rate(four, False, True) == (
+        "355.0 tokens/s over the batch (88.8 per sequence; ~300.0 end to end)"
+    )
 
 
 def test_a_step_functions_own_cache_is_said_without_a_closed_form():
