@@ -22,7 +22,8 @@ pytest.importorskip("transformers")
 
 FACTORY = textwrap.dedent("""
     from transformers import (
-        BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+        BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+        T5Config, T5ForConditionalGeneration, WhisperConfig, WhisperForConditionalGeneration
     )
 
     def bert():
@@ -38,6 +39,19 @@ FACTORY = textwrap.dedent("""
         return LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
                                             num_hidden_layers=1, num_attention_heads=2,
                                             num_key_value_heads=1))
+
+    def t5():
+        # tests/helpers.py's tiny_t5, its decoder starting from token 7
+        return T5ForConditionalGeneration(T5Config(
+            vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=3, num_decoder_layers=2,
+            num_heads=2, decoder_start_token_id=7, pad_token_id=0, eos_token_id=1))
+
+    def whisper():
+        return WhisperForConditionalGeneration(WhisperConfig(
+            d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+            num_mel_bins=16, max_source_positions=50, max_target_positions=32, vocab_size=300,
+            pad_token_id=1, bos_token_id=2, eos_token_id=2, decoder_start_token_id=3))
 """)
 
 
@@ -149,7 +163,7 @@ def test_token_ids_come_from_the_token_table_not_the_largest_embedding() -> None
     from transformers import ResNetConfig, ResNetModel
 
     resnet = ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8] * 4, depths=[1] * 4))
-    with pytest.raises(ModelProfError, match=r"vocab=1000"):
+    with pytest.raises(ModelProfError, match=r"reads no token ids: its main input is 'pixel"):
         token_inputs(resnet, 12)
 
 
@@ -316,3 +330,52 @@ def test_compare_feeds_tokens_to_the_text_model_and_a_size_to_the_other(
     assert "296.96 K" in out and "note: the models ran different inputs" in out
     assert main([*argv, "--no-timing"]) == 1  # the Linear's own (3, 224, 224): its row fails
     assert "mat1 and mat2 shapes cannot be multiplied" in capsys.readouterr().out
+
+
+def test_tokens_refuse_a_model_that_reads_no_token_ids(
+    lm: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Whisper's forward takes input_features (mel frames) first: the ids went there, positionally,
+    # and its encoder failed ("expects the mel input features to be of length 100, but found 8")
+    whisper = load_spec(f"{lm}:whisper").model
+    with pytest.raises(ModelProfError, match=r"reads no token ids: its main input is 'input_f"):
+        token_inputs(whisper, 8)
+    assert main(["profile", f"{lm}:whisper", "--tokens", "8", "--no-timing"]) == 2  # was 1
+    err = capsys.readouterr().err
+    assert "reads no token ids" in err and "the forward pass failed" not in err
+
+
+def test_tokens_feed_an_encoder_decoder_its_decoder_ids_too(
+    lm: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from modelprof import compare
+
+    # the encoder's ids alone: T5's decoder failed "You must specify exactly one of input_ids or
+    # inputs_embeds"; a teacher-forced decoder of seq_len tokens, from its start token (7)
+    t5 = load_spec(f"{lm}:t5").model.eval()
+    made = token_inputs(t5, 24, batch_size=2)
+    assert set(made) == {"input_ids", "attention_mask", "decoder_input_ids"}
+    dec = made["decoder_input_ids"]
+    assert dec.shape == (2, 24) and dec[:, 0].tolist() == [7, 7] and int(dec.max()) < 64
+    # 48 encoder and 48 decoder tokens, d 16, inner 2 x 4 = 8, d_ff 32, vocabulary 64. An
+    # encoder layer per token: q,k,v,o 4*16*8 = 512, FFN 2*16*32 = 1024, scores and context
+    # 2*24*8 = 384: 1920 x 48 x 3 layers = 276480. A decoder layer per token: self q,k,v,o 512,
+    # cross q,o 256, FFN 1024, self and cross scores and context 2*384: 2560, and cross k,v on
+    # the 48 encoder tokens 2*16*8 = 256 each: (2560 + 256) x 48 x 2 layers = 270336. lm_head
+    # 48*16*64 = 49152: 595968
+    assert profile(t5, made, timing=False).totals["macs"] == 595968
+    df = compare({"t5": t5}, tokens=24, batch_size=2, timing=False)
+    assert (
+        df.loc["t5", "macs"] == 595968 and df.loc["t5", "input_shape"] == "2x24, 2x24, 2x24 (int64)"
+    )
+    assert main(["profile", f"{lm}:t5", "--tokens", "24", "--batch-size", "2", "--no-timing"]) == 0
+    assert "MACs 595,968" in capsys.readouterr().out
+
+
+def test_token_inputs_of_a_model_on_meta_are_meta_ids_without_a_mask() -> None:
+    from helpers import tiny_llama
+
+    # they were CPU ids and an all-ones mask, which profile then left out on meta with a note
+    made = token_inputs(tiny_llama(device="meta"), 16, batch_size=2)
+    assert set(made) == {"input_ids"}  # transformers takes no mask as all ones
+    assert made["input_ids"].device.type == "meta" and made["input_ids"].shape == (2, 16)

@@ -20,6 +20,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.inputs import text_config
 from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = [
@@ -84,11 +85,6 @@ def model_dims(config: Any) -> dict[str, int | None]:
     if not encoder_decoder and getattr(config, "new_decoder_architecture", False) and heads:
         d["kv_heads"] = heads
     return d
-
-
-def text_config(config: Any) -> Any:
-    """A composite config's decoder text config, else the config."""
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def _layer_token_elements(config: Any) -> int | None:

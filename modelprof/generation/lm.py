@@ -20,7 +20,7 @@ from modelprof.generation.encoder import EncoderModule, is_encoder_decoder
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
-from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.inputs import ModelInputs, decoder_start
 from modelprof.runtime.placement import runs_as_is
 
 __all__ = [
@@ -368,20 +368,6 @@ class LanguageModel:
             raise ModelProfError(
                 f"{self.name}.generate made {made} tokens where new_tokens={new_tokens} were asked"
             )
-
-
-def decoder_start(model: Any) -> int | None:
-    """The token an encoder-decoder's decoder starts from, as ``generate`` picks it:
-    ``decoder_start_token_id``, else ``bos_token_id``, else the pad token (T5's), else None."""
-    configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
-    # a composite config keeps its decoder's tokens in a sub-config
-    configs.append(text_config(configs[1]))
-    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
-        for config in configs:
-            value = getattr(config, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                return value
-    return None
 
 
 def decoder_vocab(model: Any) -> int | None:

@@ -38,6 +38,7 @@ __all__ = [
     "bytes_text",
     "parse_bytes",
     "check_forward_keys",
+    "decoder_start",
     "check_input_bytes",
     "unread_key_hint",
     "forward_parameters",
@@ -48,6 +49,7 @@ __all__ = [
     "parse_input_size",
     "refuse_beyond_memory",
     "split_inputs",
+    "text_config",
     "token_inputs",
     "token_table",
     "vocab_size",
@@ -607,9 +609,14 @@ def token_inputs(
     when the forward takes one, except on meta for a transformers model
     (``compat.mask_optional``): it reads a mask's values, which meta tensors do not have, and
     takes no mask as all ones (``compat.meta_mask_dropped`` leaves out such a mask given with
-    values)."""
+    values). ``device`` defaults to the CPU, or meta for a model on meta (a model costed from
+    shapes alone, whose inputs need no memory either). An encoder-decoder (its config's
+    ``is_encoder_decoder``) also gets ``decoder_input_ids`` (:func:`_decoder_ids`); a
+    transformers model whose main input is not ``input_ids`` (Whisper's ``input_features``) is
+    refused: the ids would land where it reads something else."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
+    _refuse_no_token_ids(model)
     seq_len = check_int("seq_len", seq_len)
     batch_size = check_int("batch_size", batch_size)
     vocab = check_int("vocab", vocab_size(model) if vocab is None else vocab)
@@ -621,17 +628,75 @@ def token_inputs(
         )
     params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
+    if device is None and model_placement(model)[0].type == "meta":
+        device = "meta"
     where = torch.device(device) if device is not None else torch.device("cpu")
     if "attention_mask" in params and not (where.type == "meta" and compat.mask_optional(model)):
         specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
+    decoder = _reads_decoder_ids(model, params)
+    if decoder:
+        specs.append(InputSpec("decoder_input_ids", torch.int64, (seq_len,), 0, vocab))
     tokens = batch_size * seq_len
-    need = tokens * 8 * len(specs)  # int64 ids (and mask)
+    need = tokens * 8 * len(specs)  # int64 ids (and mask, and decoder ids)
     what = f"token inputs of batch_size {batch_size} x seq_len {seq_len} need {bytes_text(need)}"
     refuse_beyond_memory(what, tokens, need, where)
     made = build_inputs(specs, batch_size, device)
+    if decoder:
+        _decoder_ids(model, made["decoder_input_ids"], vocab)
     if "input_ids" not in params and _ids_go_positionally(params):
         return (made["input_ids"],)
     return made
+
+
+def _refuse_no_token_ids(model: nn.Module) -> None:
+    """Refuse a transformers model that reads no token ids (:func:`reads_token_ids`, as
+    ``compare(tokens=)`` tells them): its main input is another (Whisper's mel
+    ``input_features``), where ids passed first would land. A module of one's own is judged by
+    its forward alone (no ``nn.Embedding`` may still take ids, with ``vocab=``)."""
+    main = getattr(model, "main_input_name", None)
+    if main is None or reads_token_ids(model):
+        return
+    raise ModelProfError(
+        f"{type(model).__name__} reads no token ids: its main input is {main!r}, which "
+        "token_inputs (the CLI's --tokens) cannot make up; give its inputs with inputs= "
+        "(the CLI: --input or --input-size)"
+    )
+
+
+def _reads_decoder_ids(model: nn.Module, params: dict[str, inspect.Parameter]) -> bool:
+    """Whether ``model`` is an encoder-decoder (its config says ``is_encoder_decoder``, as
+    ``generate`` and ``fit`` read it) whose forward takes ``decoder_input_ids``."""
+    config = getattr(model, "config", None)
+    return getattr(config, "is_encoder_decoder", False) is True and "decoder_input_ids" in params
+
+
+def _decoder_ids(model: nn.Module, ids: torch.Tensor, vocab: int) -> None:
+    """Make ``ids`` (drawn as the encoder's) a teacher-forced decoder input of the same length:
+    a training step's, as ``fit`` counts one, its first token the decoder's start token
+    (:func:`decoder_start`, as ``generate`` starts a prompt) where the configs name one within
+    ``vocab``. The values change nothing counted or timed."""
+    start = decoder_start(model)
+    if start is not None and start < vocab:
+        ids[:, 0] = start
+
+
+def text_config(config: Any) -> Any:
+    """A composite config's decoder text config, else the config."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def decoder_start(model: Any) -> int | None:
+    """The token an encoder-decoder's decoder starts from, as ``generate`` picks it:
+    ``decoder_start_token_id``, else ``bos_token_id``, else the pad token (T5's), else None."""
+    configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
+    # a composite config keeps its decoder's tokens in a sub-config
+    configs.append(text_config(configs[1]))
+    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        for config in configs:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return None
 
 
 def _ids_go_positionally(params: dict[str, inspect.Parameter]) -> bool:
