@@ -796,6 +796,11 @@ def _refuse_clashing_flags(args: argparse.Namespace) -> None:
             f"--amp {amp} with --dtype float64: autocast leaves float64 as it is, so nothing "
             "would run at half precision; pass --dtype float32 with --amp, or drop --amp"
         )
+    if getattr(args, "throughput", False) and str(args.device).startswith("meta"):
+        raise ModelProfError(  # compare's: the throughput command refuses it for itself
+            "--device meta has no clock: --throughput times real runs at each batch size; "
+            "pass a real --device to search, or drop --throughput to compare costs alone"
+        )
     if getattr(args, "compile", False) and getattr(args, "backward", False):
         raise ModelProfError(
             "--compile with --backward: training steps are timed eagerly, so nothing would "
@@ -1041,7 +1046,7 @@ def _run_compare(ctx: _Context) -> int | None:
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         if note not in caption:  # (a failed model's: said once, in the heading)
-            print(f"note: {note}", file=ctx.stdout)
+            print(f"note: {cli_words(note)}", file=ctx.stdout)  # (meta's: --device meta)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table
         env = df.attrs.get("env") or {}
         figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
@@ -1284,7 +1289,7 @@ def _compare_generation(ctx: _Context) -> int | None:
     print(df.render.export("markdown", standalone=False, caption=None), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         if note not in caption:  # (a failed model's: said once, in the heading)
-            print(f"note: {note}", file=ctx.stdout)
+            print(f"note: {cli_words(note)}", file=ctx.stdout)  # (meta's: --device meta)
     if ctx.out is not None:
         ctx.write_formats("generation_comparison", df.render.export)
     return _failed_status(df)

@@ -26,7 +26,7 @@ from modelprof.errors import (
     warn_user,
 )
 from modelprof.models import load_model
-from modelprof.profile import PROFILE_KEYWORDS, profile
+from modelprof.profile import META_NOTE, PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import (
     Comparison,
     every_model_failed,
@@ -42,6 +42,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import (
     inputs_in_size_place,
     make_inputs,
+    parse_device,
     parse_input_size,
     reads_token_ids,
     token_inputs,
@@ -198,7 +199,7 @@ def compare(
     (``modelprof.timing.options``) or go to :func:`modelprof.profile`. ``on_step`` is called
     with a line as each model is profiled and when the interleaved timing ends.
     """
-    _check_names(profile_options)
+    _refuse_unbuilt(profile_options, device, throughput)
     if check_callback("on_step", on_step) is None:
         on_step = _say_nothing
     named, programs = _name_models(models)
@@ -233,6 +234,7 @@ def compare(
             bar.update(1)
             said = "failed" if name in failed else "profiled"
             on_step(f"{name}: {said} ({len(rows) + len(failed)} of {len(named)})")
+        timing = run.meta_untimed(rows, failed, timing)
         baseline = _standing(baseline, rows, failed)
         if timing:
             bar.set_description("interleaved timing")
@@ -260,6 +262,17 @@ def compare(
 
 
 _COMPARE_KEYWORDS = keyword_names(compare)
+
+
+def _refuse_unbuilt(profile_options: Mapping[str, Any], device: Any, throughput: bool) -> None:
+    """What every model would refuse alike, once before any spec is built: a misspelt keyword
+    (:func:`_check_names`), a throughput search on meta (it times real runs)."""
+    _check_names(profile_options)
+    if throughput and (d := parse_device(device)) is not None and d.type == "meta":
+        raise ModelProfError(
+            "device='meta' has no clock: throughput=True times real runs at each batch size; "
+            "pass a real device to search, or drop throughput=True to compare costs alone"
+        )
 
 
 def _check_names(profile_options: Mapping[str, Any]) -> None:
@@ -331,6 +344,24 @@ class _Run:
         self.timing_attrs: dict[str, Any] = {}
         self.notes: list[str] = []  # the table's own: a throughput search's, by model
         self.programs = programs  # an ExportedProgram by name: counted as profile counts it
+        self.on_meta: list[str] = []  # the models counted on meta while timing was asked for
+
+    def meta_untimed(self, rows: dict[str, Any], failed: dict[str, str], timing: bool) -> bool:
+        """Whether to time: not where every model that ran is on meta (counted, one note, as
+        ``profile`` counts on meta); where some are on a real device, each model on meta
+        fails, as it cannot be timed beside them."""
+        if not timing or not self.on_meta:
+            return timing
+        if len(self.on_meta) == len(rows):
+            self.notes.append(META_NOTE)
+            return False
+        for name in self.on_meta:
+            failed[name] = (
+                "device='meta' has no clock: pass timing=False to compare costs alone, or a "
+                "real device to time"
+            )
+            del rows[name]
+        return timing
 
     def add(
         self,
@@ -359,7 +390,9 @@ class _Run:
         self.own["device"][name] = report.device
         if search is not None:  # before this model's timers, whose copies would take memory
             row.update(_throughput_row(name, model, size, self, *search))
-        if timing:
+        if timing and report.device == "meta":  # no clock: counted only, if all are (meta_untimed)
+            self.on_meta.append(name)
+        elif timing:
             self.candidates.append(_candidate(name, model, size, self))
             if self.backward:  # its training step's timer: profile(backward=True)'s clean passes
                 mi = self.candidates[-1].inputs
@@ -716,11 +749,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
         device=run.device,
         dtype=run.mode.dtype,
     )
-    if mi.device.type == "meta":
-        raise ModelProfError(
-            "device='meta' has no clock: pass timing=False to compare costs "
-            "alone, or a real device to time"
-        )
     runner = timing_runner(model, mi, run.mode.on(mi.device), run.opts)
     run.passed.add(mi.args, mi.kwargs)
     target, mi = resolve_call(runner, mi, channels_last=run.opts.channels_last)

@@ -286,11 +286,14 @@ def _on(spec: _Spec, mi: ModelInputs, model: nn.Module) -> tuple[_Spec, list[str
         notes.append(_CPU_FLOAT16_NOTE)
     if not spec.timing or mi.device.type != "meta":
         return spec, notes + ([crowded] if crowded else [])
-    return dataclasses.replace(spec, timing=False), [
-        *notes,
-        "device='meta': counted from shapes alone, not timed (meta tensors have no "
-        "values and run no kernels); pass a real device to time",
-    ]
+    return dataclasses.replace(spec, timing=False), [*notes, META_NOTE]
+
+
+#: timing asked for on meta: what a report (and a comparison, by compare()) counts instead
+META_NOTE = (
+    "device='meta': counted from shapes alone, not timed (meta tensors have no "
+    "values and run no kernels); pass a real device to time"
+)
 
 
 _CPU_FLOAT16_NOTE = (

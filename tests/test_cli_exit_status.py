@@ -114,3 +114,25 @@ def test_trust_pickle_is_read_by_generate_and_fit(
     err = capsys.readouterr().err
     assert "builds a Sequential, not a transformers causal LM" in err
     assert "pass --trust-pickle" not in err
+
+
+def test_compare_on_meta_counts_and_says_so_throughput_there_is_refused_unbuilt(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # with timing left on, each model was built, then failed "--device meta has no clock:
+    # pass timing=False ...", exit 1; profile on meta counts only, with a note, as compare now
+    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", "--device", "meta"]) == 0
+    stdout, err = capsys.readouterr()
+    # Linear(10, 20), Linear(10, 40) at batch 1: 10 * 20 = 200 and 10 * 40 = 400 MACs (the
+    # 6th cell: model, source, input shape, params, MACs)
+    macs = {r.split("|")[1].strip(): r.split("|")[5].strip() for r in stdout.splitlines()[4:6]}
+    assert macs == {"nets_narrow": "200", "nets_wide": "400"} and "has no clock" not in err
+    assert stdout.count("note: --device meta: counted from shapes alone, not timed") == 1
+    # a throughput search times real runs: refused as typed (2), before any model is built
+    unbuilt = tmp_path / "unbuilt.py"
+    unbuilt.write_text("def model():\n    raise RuntimeError('the model was built')\n")
+    argv = ["compare", f"{unbuilt}:model", f"{nets}:narrow", "--device", "meta", "--throughput"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--device meta has no clock: --throughput times real runs" in err
+    assert "was built" not in err and "every model failed" not in err

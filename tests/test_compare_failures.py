@@ -10,6 +10,7 @@ from helpers import latex_headers
 from torch import nn
 
 from modelprof import ModelProfError, compare, measure_latencies
+from modelprof.profile import META_NOTE
 
 QUICK = dict(budget_s=0.1, warn=False)
 
@@ -380,10 +381,18 @@ def test_a_misspelt_search_bound_in_throughput_options_is_named_with_the_bound()
 
 def test_a_throughput_search_refusing_the_callers_options_is_an_error_not_a_nan():
     # only a model failing to run its batch leaves a NaN throughput beside its counted row; a
-    # search that refuses what the caller asked (a meta device has no clock) names that, as
-    # before: every model fails, and the comparison says so
-    with pytest.raises(ModelProfError, match=r"every model failed: .*meta"):
-        compare([nn.Linear(4, 4)], (4,), device="meta", timing=False, throughput=True)
+    # search on meta (no clock) is refused once, before any model is built (a spec naming no
+    # model would say so first), not each model failing alike ("every model failed")
+    with pytest.raises(ModelProfError, match=r"^device='meta' has no clock: throughput=True"):
+        compare([nn.Linear(4, 4), "no_such_model"], (4,), device="meta", throughput=True)
+
+
+def test_timing_on_meta_counts_only_with_a_note_as_profile_does():
+    # it raised "every model failed: ... device='meta' has no clock: pass timing=False"
+    table = compare([nn.Linear(4, 4), nn.Linear(4, 8)], (4,), device="meta")
+    # batch 1: 4 * 4 = 16 and 4 * 8 = 32 MACs; nothing timed
+    assert table["macs"].tolist() == [16, 32] and "latency_median_ms" not in table
+    assert table.attrs["notes"] == [META_NOTE] and "error" not in table
 
 
 def test_the_rates_print_as_counts_like_samples_per_s() -> None:
