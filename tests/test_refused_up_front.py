@@ -122,3 +122,32 @@ def test_a_reader_names_its_bad_source_and_dtypes():
         with pytest.raises(ModelProfError, match="must map column names to dtype names"):
             read_csv(text, dtypes=dtypes)
     assert read_csv(text, dtypes={"params": "float64"})["params"].dtype == np.float64
+
+
+def test_given_input_ids_past_the_models_positions_are_refused_as_token_inputs_refuses():
+    import transformers  # a test extra
+
+    # they failed inside transformers ("The expanded size of the tensor (17) must match the
+    # existing size (16)"), where token_inputs(bert, 17) named the limit
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            vocab_size=50, max_position_embeddings=16,
+        )
+    )  # fmt: skip
+    with pytest.raises(ModelProfError) as e:
+        mp.profile(bert, {"input_ids": torch.zeros(2, 17, dtype=torch.long)}, timing=False)
+    assert str(e.value) == (
+        "input_ids of length 17 (shape (2, 17)) is past the model's 16 positions "
+        "(config.max_position_embeddings)"
+    )
+    # at the limit it runs: 16 tokens of 2 sequences
+    r = mp.profile(bert, {"input_ids": torch.zeros(2, 16, dtype=torch.long)}, timing=False)
+    assert r.batch_size == 2 and r.totals["macs"] > 0
+    # relative positions (T5) have no such limit: 40 ids run where no config names one
+    t5 = transformers.T5EncoderModel(
+        transformers.T5Config(vocab_size=50, d_model=16, d_kv=4, d_ff=32, num_layers=1,
+                              num_heads=2)
+    )  # fmt: skip
+    ids = torch.zeros(1, 40, dtype=torch.long)
+    assert mp.profile(t5, {"input_ids": ids}, timing=False).totals["macs"] > 0

@@ -235,6 +235,7 @@ def make_inputs(
     check_forward_keys(kwargs, model)
     _refuse_meta_inputs(args, kwargs, dev)
     _refuse_empty_inputs(args, kwargs)
+    _check_given_ids(model, kwargs)
     kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
     move = functools.partial(to_placement, device=dev, dtype=dt)
     args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
@@ -595,6 +596,27 @@ def reads_token_ids(model: nn.Module) -> bool:
     return main == "input_ids" if main is not None else token_table(model) is not None
 
 
+def check_positions(model: Any, seq_len: int, what: str) -> None:
+    """Refuse a sequence longer than a model's learnt positions
+    (``config.max_position_embeddings``: BERT's 512) before its forward, which fails deep in
+    transformers ("The expanded size of the tensor (200) must match ..."); ``what`` names the
+    length. A model without it (T5's relative positions) takes any length."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if is_int(positions) and seq_len > positions:
+        raise ModelProfError(
+            f"{what} is past the model's {positions} positions (config.max_position_embeddings)"
+        )
+
+
+def _check_given_ids(model: Any, kwargs: dict[str, Any]) -> None:
+    """``input_ids`` given (the key transformers models read; its last dimension the
+    sequence) held to the model's positions, as :func:`token_inputs` holds ``seq_len``."""
+    ids = kwargs.get("input_ids")
+    if isinstance(ids, torch.Tensor) and ids.dim() >= 1:
+        n = ids.shape[-1]
+        check_positions(model, n, f"input_ids of length {n} (shape {tuple(ids.shape)})")
+
+
 def token_inputs(
     model: nn.Module,
     seq_len: int,
@@ -620,12 +642,7 @@ def token_inputs(
     seq_len = check_int("seq_len", seq_len)
     batch_size = check_int("batch_size", batch_size)
     vocab = check_int("vocab", vocab_size(model) if vocab is None else vocab)
-    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if is_int(positions) and seq_len > positions:
-        raise ModelProfError(
-            f"seq_len={seq_len} is past the model's {positions} positions "
-            "(config.max_position_embeddings)"
-        )
+    check_positions(model, seq_len, f"seq_len={seq_len}")
     params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     if device is None and model_placement(model)[0].type == "meta":
