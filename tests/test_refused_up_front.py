@@ -151,3 +151,13 @@ def test_given_input_ids_past_the_models_positions_are_refused_as_token_inputs_r
     )  # fmt: skip
     ids = torch.zeros(1, 40, dtype=torch.long)
     assert mp.profile(t5, {"input_ids": ids}, timing=False).totals["macs"] > 0
+    # rotary positions (Llama) index no table: ids past max_position_embeddings run (a
+    # long-context measurement), though the config names the limit
+    llama = transformers.LlamaModel(
+        transformers.LlamaConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=2, vocab_size=50, max_position_embeddings=16,
+        )
+    )  # fmt: skip
+    ids = torch.zeros(1, 24, dtype=torch.long)
+    assert mp.profile(llama, {"input_ids": ids}, timing=False).totals["macs"] > 0

@@ -610,11 +610,27 @@ def check_positions(model: Any, seq_len: int, what: str) -> None:
 
 def _check_given_ids(model: Any, kwargs: dict[str, Any]) -> None:
     """``input_ids`` given (the key transformers models read; its last dimension the
-    sequence) held to the model's positions, as :func:`token_inputs` holds ``seq_len``."""
+    sequence) held to the model's positions, as :func:`token_inputs` holds ``seq_len``, where
+    they are a learnt table (:func:`_learnt_positions`): rotary and relative positions (Llama,
+    T5) run past ``max_position_embeddings``, which a user may be measuring."""
     ids = kwargs.get("input_ids")
-    if isinstance(ids, torch.Tensor) and ids.dim() >= 1:
+    if isinstance(ids, torch.Tensor) and ids.dim() >= 1 and _learnt_positions(model):
         n = ids.shape[-1]
         check_positions(model, n, f"input_ids of length {n} (shape {tuple(ids.shape)})")
+
+
+def _learnt_positions(model: Any) -> bool:
+    """Whether ``model`` holds a position table of ``config.max_position_embeddings`` rows (an
+    ``nn.Embedding`` other than its token table: BERT's ``position_embeddings``, GPT-2's
+    ``wpe``), which no position past it can index."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not is_int(positions) or not isinstance(model, nn.Module):
+        return False
+    tokens = token_table(model)
+    return any(
+        isinstance(m, nn.Embedding) and m is not tokens and m.num_embeddings == positions
+        for m in model.modules()
+    )
 
 
 def token_inputs(
