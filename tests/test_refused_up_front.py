@@ -161,3 +161,25 @@ def test_given_input_ids_past_the_models_positions_are_refused_as_token_inputs_r
     )  # fmt: skip
     ids = torch.zeros(1, 24, dtype=torch.long)
     assert mp.profile(llama, {"input_ids": ids}, timing=False).totals["macs"] > 0
+
+
+def test_a_padded_mask_on_meta_hints_what_an_encoder_user_can_do():
+    import transformers  # a test extra
+
+    # BertModel on meta with a padded mask hinted "use_cache=True runs there": an encoder has
+    # no cache; the mask given is what it read
+    with torch.device("meta"):
+        bert = transformers.BertModel(
+            transformers.BertConfig(
+                hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                num_attention_heads=2, vocab_size=50, max_position_embeddings=16,
+            )
+        )  # fmt: skip
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, 4:] = 0  # padded: its values matter, so it is not left out as an all-ones one
+    ids = torch.zeros(2, 8, dtype=torch.long, device="meta")
+    with pytest.raises(ModelProfError) as e:
+        mp.profile(bert, {"input_ids": ids, "attention_mask": mask}, device="meta", timing=False)
+    assert "the attention_mask given is read for its values" in str(e.value)
+    assert "leave it out to count full attention here" in str(e.value)
+    assert "use_cache" not in str(e.value)

@@ -210,10 +210,13 @@ def _valueless_hint(e: Exception, inputs: ModelInputs, modules: Any) -> str:
     if inputs.device.type != "meta" or "on meta tensors" not in str(e):
         return ""
     hf = any(type(m).__module__.startswith("transformers.") for m in modules)
+    masked = hf and "attention_mask" in inputs.kwargs  # (an encoder has no cache to turn on)
     return (
         "\nhint: meta tensors have shapes but no values, and this model's code reads one; count "
         "it on the CPU (device='cpu', the same shapes)"
-        + ("; a transformers model's masks read values on meta without a cache: "
+        + ("; the attention_mask given is read for its values (a padded one: an all-ones mask "
+           "is left out on meta): leave it out to count full attention here" if masked else
+           "; a transformers model's masks read values on meta without a cache: "
            "use_cache=True runs there" if hf else "")
     )  # fmt: skip
 
