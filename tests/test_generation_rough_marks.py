@@ -195,3 +195,17 @@ def test_the_markdown_document_holds_the_memory_plan_and_what_fits(tmp_path, cap
     for fmt in ("text", "csv"):
         with pytest.raises(ModelProfError, match="Markdown document alone"):
             report.export(fmt, memory_bytes=1e9)
+
+
+def test_what_fits_takes_a_memory_size_as_text_as_max_batch_does():
+    # max_batch and max_context take "24GB" (memory_bytes_arg); fit_text, which calls them,
+    # formatted the text itself as a number and raised ValueError ("Unknown format code 'f'"),
+    # and so did to_markdown(memory_bytes="1GB"). "1GB" is 10**9 bytes (decimal units).
+    from helpers import tiny_llama
+
+    report = profile_generation(tiny_llama(2), prompt_len=8, new_tokens=3, timing=False)
+    mem = report.memory
+    assert mem.fit_text("1GB") == mem.fit_text(10**9)
+    assert mem.fit_text("1GB").startswith("fits 1,000,000,000 bytes")
+    said = mem.fit_text(10**9).splitlines()[0].replace("<", "\\<")  # (Markdown escapes "<")
+    assert said in str(report.to_markdown(memory_bytes="1GB"))

@@ -300,7 +300,9 @@ class MemoryPlan:
     def fit_text(self, memory_bytes: float) -> str:
         """What fits ``memory_bytes`` in words: the largest batch at the plan's context and the
         longest context at its batch (prompts as long as the context), with the prefill's note
-        where the longer prompts' activations could not be counted."""
+        where the longer prompts' activations could not be counted. ``memory_bytes`` as
+        :meth:`max_batch` takes it (a number, or its text: ``"24GB"``)."""
+        memory_bytes = memory_bytes_arg(memory_bytes)  # (said as the number it stands for)
         longest, batch = self.max_context(memory_bytes), self.max_batch(memory_bytes)
         note = self.prefill_note  # (read after the counts: one may have failed)
         return (
