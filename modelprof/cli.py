@@ -32,7 +32,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from modelprof.errors import ModelProfError, ModelProfWarning, nearest_keywords, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    a_type,
+    nearest_keywords,
+    warn_user,
+)
 from modelprof.render.formats import export as export_table
 from modelprof.render.formats import get_format, needs_package, table_formats
 from modelprof.runtime.names import unique_name
@@ -1238,7 +1244,7 @@ def _language_model(ctx: _Context, spec: str) -> tuple[Any, str]:
     )
     if not is_hf_causal_lm(model):
         raise ModelProfError(
-            f"SPEC {spec!r} builds a {type(model).__name__}, not a transformers causal LM (no "
+            f"SPEC {spec!r} builds {a_type(model)}, not a transformers causal LM (no "
             "config/generate): generate takes a transformers causal LM, a config SPEC "
             "(LlamaConfig:num_hidden_layers=2), a config.json or file.py:FACTORY building one"
         )

@@ -136,3 +136,18 @@ def test_compare_on_meta_counts_and_says_so_throughput_there_is_refused_unbuilt(
     err = capsys.readouterr().err
     assert "--device meta has no clock: --throughput times real runs" in err
     assert "was built" not in err and "every model failed" not in err
+
+
+def test_generate_names_a_model_that_is_no_causal_lm_with_its_article(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # errors.a_type names a type with its article (1ca7608); this message wrote 'a {name}' by
+    # hand: 'builds a Identity' (efficientnet_b0: 'builds a EfficientNet')
+    import torch
+    from torch import nn
+
+    saved = tmp_path / "m.pt"
+    torch.save(nn.Identity(), saved)
+    assert main(["generate", str(saved), "--trust-pickle", "--no-timing"]) == 2
+    assert "SPEC" in (err := capsys.readouterr().err)
+    assert "builds an Identity, not a transformers causal LM" in err
