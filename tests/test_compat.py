@@ -475,6 +475,26 @@ def test_static_cache_per_run_sets_what_generate_remembers_aside() -> None:
     assert not hasattr(fresh, "_cache")
 
 
+def test_static_cache_per_run_sets_a_cache_module_aside_too() -> None:
+    # up to 4.46 a Cache is an nn.Module (is_module_cache), so generate()'s
+    # ``self._cache = StaticCache(...)`` lands in the model's _modules, not its __dict__: an
+    # earlier call's cache was left in place, and the timed generations reused it (115 slots
+    # where the counted steps held 23), as 3144c23 set out to end
+    model = nn.Linear(1, 1)
+    earlier = nn.Module()  # (a Cache of 4.46 stands in: a module)
+    model._cache = earlier
+    assert "_cache" in model._modules
+    with compat.static_cache_per_run(model):
+        assert not hasattr(model, "_cache")
+        model._cache = nn.Module()  # what the block's own calls leave
+    assert model._cache is earlier
+    assert list(model._modules) == ["_cache"]
+    fresh = nn.Linear(1, 1)
+    with compat.static_cache_per_run(fresh):
+        fresh._cache = nn.Module()
+    assert not hasattr(fresh, "_cache") and not fresh._modules
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static", None])
 def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
     if cache == "static" and OLD_STATIC:

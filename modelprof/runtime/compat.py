@@ -837,15 +837,19 @@ def static_cache_per_run(model: Any) -> Iterator[None]:
     """``generate()``'s static cache sized by the calls in the block alone (``max_length - 1``
     each, and the largest of them): what earlier calls on ``model`` left to size it from set
     aside meanwhile, and put back after (what the block's calls left, dropped). Checked on 4.56
-    and 5.24."""
-    d = getattr(model, "__dict__", {})
-    kept = {k: d.pop(k) for k in _GENERATE_CACHE_STATE if k in d}
+    and 5.24; up to 4.46 a ``Cache`` is an ``nn.Module`` (:func:`is_module_cache`), which the
+    model keeps among its ``_modules``: set aside from there too."""
+    places = [getattr(model, "__dict__", {})]
+    if isinstance(places[0].get("_modules"), dict):
+        places.append(places[0]["_modules"])
+    kept = [{k: d.pop(k) for k in _GENERATE_CACHE_STATE if k in d} for d in places]
     try:
         yield
     finally:
-        for k in _GENERATE_CACHE_STATE:
-            d.pop(k, None)
-        d.update(kept)
+        for d, was in zip(places, kept):
+            for k in _GENERATE_CACHE_STATE:
+                d.pop(k, None)
+            d.update(was)
 
 
 def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
