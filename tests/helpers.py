@@ -260,3 +260,20 @@ def ratio_flag_holds(row: Any, name: str) -> bool:
         return True
     far = abs(math.log(x / math.sqrt(lo * hi))) > math.log1p(AGREEMENT_TOLERANCE)
     return 0 < lo <= hi and bool(row.get(f"{name}_rough", False)) == ((x < lo or x > hi) and far)
+
+
+def counted_step_generation(**kw: Any) -> Any:
+    """A counted (untimed) generation of a step function's model, Embedding(16, 8) then
+    Linear(8, 16), prompt 4 + 3 new tokens (``kw``: more of profile_generation's keywords): a
+    report the tests give timings of their own."""
+    from modelprof import profile_generation
+
+    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
+    return profile_generation(
+        model,
+        prompt_len=4,
+        new_tokens=3,
+        step=lambda tokens, cache: (model(tokens), cache),
+        timing=False,
+        **kw,
+    )

@@ -8,22 +8,13 @@ Markdown held no CPU figure. The load is made up (Measurements built with it), n
 from __future__ import annotations
 
 import numpy as np
-from helpers import blocked
-from torch import nn
+from helpers import blocked, counted_step_generation
 
-from modelprof import profile_generation
 from modelprof.generation.timing import GenerationTiming
 
 
 def _report(clock: str, share: float | None, cpu_scale: float = 1.0):
-    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
-    report = profile_generation(
-        model,
-        prompt_len=4,
-        new_tokens=3,
-        step=lambda tokens, cache: (model(tokens), cache),
-        timing=False,
-    )
+    report = counted_step_generation()
     # wall 9 ms for 6 ms of CPU work (wall/CPU 1.5), 1.5 cores of other work read: loaded
     load = dict(cpu_clock=clock, competing_cores=1.5, cpu_thread_share=share)
     ttft = blocked([9.0] * 3, cpu_ms=np.full(60, 6.0 * cpu_scale), **load)

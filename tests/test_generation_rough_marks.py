@@ -10,8 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import blocked
-from torch import nn
+from helpers import blocked, counted_step_generation
 
 from modelprof import profile_generation
 from modelprof.errors import ModelProfError
@@ -29,14 +28,7 @@ def _report(ttft_loaded: bool = True, tpot_loaded: bool = True, whole_loaded: bo
     """A batch-1 generation of 3 new tokens: TTFT 9 ms, TPOT 3 ms, end to end 15 ms, each read
     on a loaded machine where asked (its CPU work 2/3 of its wall time), else quietly (no CPU
     clock read)."""
-    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
-    report = profile_generation(
-        model,
-        prompt_len=4,
-        new_tokens=3,
-        step=lambda tokens, cache: (model(tokens), cache),
-        timing=False,
-    )
+    report = counted_step_generation()
 
     def read(ms: float, loaded: bool):
         if not loaded:  # no CPU clock read: nothing says a load

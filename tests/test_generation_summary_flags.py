@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from helpers import blocked
-from torch import nn
+from helpers import blocked, counted_step_generation
 
-from modelprof import profile_generation
 from modelprof.generation.report import GenerationReport
 from modelprof.generation.timing import GenerationTiming, stable_flags
 from modelprof.timing.measurement import Measurement
@@ -22,15 +20,7 @@ def _timing(batch: int, tpot: Measurement) -> GenerationTiming:
 
 
 def test_the_markdown_summary_says_yes_no_or_nothing_in_every_stable_column():
-    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
-    report = profile_generation(
-        model,
-        prompt_len=4,
-        new_tokens=3,
-        batch_size=[1, 2],
-        step=lambda tokens, cache: (model(tokens), cache),
-        timing=False,
-    )
+    report = counted_step_generation(batch_size=[1, 2])
     # batch 1's TPOT judged stable; batch 2's from 3 runs in one block cannot be judged (None)
     one, two = blocked([1.0, 1.0, 1.0]), Measurement(np.ones(3))
     assert one.stable is True and two.stable is None
@@ -52,14 +42,7 @@ def test_stable_flags_keep_true_false_and_cannot_judge():
 
 
 def test_the_markdown_document_writes_notes_and_names_as_text_not_markup(monkeypatch):
-    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
-    report = profile_generation(
-        model,
-        prompt_len=4,
-        new_tokens=3,
-        step=lambda tokens, cache: (model(tokens), cache),
-        timing=False,
-    )
+    report = counted_step_generation()
     report.model_name = "__main__.Net<v2>"
     notes = ["ttft *loaded*: <1 ms apart", "- not a list item"]  # as a timing note could say
     monkeypatch.setattr(GenerationReport, "timing_notes", property(lambda self: notes))
