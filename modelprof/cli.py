@@ -73,6 +73,8 @@ def comma_items(flag: str, text: str) -> list[str]:
     naming the flag and the value, not skipped: a list typed wrong ran as another list, where
     a repeated or non-numeric item is refused."""
     items = [p.strip() for p in text.split(",")]
+    if items == [""]:
+        raise ModelProfError(f"{flag} {text!r} names nothing: give one item or more")
     if "" in items:
         raise ModelProfError(
             f"{flag} {text!r} has an empty item (two commas in a row, or one at an end): give "

@@ -184,7 +184,7 @@ def test_generate_times_a_tiny_model(capsys):
 
 def test_generate_refuses_an_empty_format(capsys):
     assert main(["generate", TINY, "--no-timing", "--format", ""]) == 2
-    assert "--format '' has an empty item" in capsys.readouterr().err
+    assert "--format '' names nothing" in capsys.readouterr().err  # an empty value
 
 
 def test_generate_help_lists_only_what_it_uses(capsys):

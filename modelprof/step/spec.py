@@ -281,11 +281,11 @@ class StepSpec:
         params = [p for p in {id(p): p for p in model.parameters()}.values()]
         if not params or any(isinstance(p, lazy) for p in params):
             return
-        stand_ins = [
-            torch.empty(p.shape, dtype=p.dtype, device="meta", requires_grad=p.requires_grad)
-            for p in params
-        ]
-        try:
+        try:  # (a stand-in meta cannot make, a quantized dtype's, is no refusal either)
+            stand_ins = [
+                torch.empty(p.shape, dtype=p.dtype, device="meta", requires_grad=p.requires_grad)
+                for p in params
+            ]
             cls(stand_ins)
         except ValueError as e:  # torch's optimizers refuse a parameter so (Muon's shapes)
             raise ModelProfError(
