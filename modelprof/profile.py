@@ -307,10 +307,10 @@ def _held_in_eval(model: nn.Module, training: bool) -> list[str]:
     """A note where train mode overrides submodules the model held in eval mode under a parent
     in train mode (frozen batch norms, a dropout switched off): the run uses batch statistics
     and dropout there. Its own ``train()`` that keeps them (as detection backbones do) holds."""
-    modules = list(model.modules())
-    own = any(type(m).train is not nn.Module.train for m in modules)  # it decides for itself
-    if not training or not model.training or own:
+    if not training or not model.training:  # (before the walk: a static pass is in eval)
         return []
+    if any(type(m).train is not nn.Module.train for m in model.modules()):
+        return []  # it decides for itself
     held = [
         name
         for name, m in model.named_modules()

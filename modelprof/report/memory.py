@@ -75,9 +75,9 @@ def memory_facts(
     ``saved``: the bytes each record saved for the backward (``backward=True``), in order;
     ``ungraded``: the ids of the trainable parameters that step gave no gradient, left out of
     the trainable ones (no gradient, no optimizer state)."""
-    params = list(model.parameters())
-    trainable = [held(p) for p in params if p.requires_grad and id(p) not in ungraded]
-    params = [held(p) for p in params]
+    given = list(model.parameters())
+    params = list(map(held, given))  # each read once: the trainable ones are of these
+    trainable = [h for p, h in zip(given, params) if p.requires_grad and id(p) not in ungraded]
     leaves = [r for r in records if r.working_leaf]
     packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
     at = _inputs_reader(records)
@@ -89,7 +89,7 @@ def memory_facts(
     return MemoryFacts(
         param_bytes=tensor_bytes(params, dtype) + packed,
         trainable_param_bytes=tensor_bytes(trainable, dtype),
-        buffer_bytes=tensor_bytes([held(b) for b in model.buffers()], dtype),
+        buffer_bytes=tensor_bytes(list(map(held, model.buffers())), dtype),
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),

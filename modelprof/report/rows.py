@@ -14,6 +14,7 @@ reads and writes what its ops read and wrote.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -148,6 +149,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
     rows: list[Row] = []
     for r in records:
         i = r.index
+        params, macs, flops, madd, read, write = inc[i]  # (COUNTED: no dict per row)
         ts_flops, ts_madd = ts[i]
         peak = r.peak_memory_bytes
         fwd, bwd = inc_comm[i] if r.children else (None, None)
@@ -160,7 +162,12 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                 leaf=not r.children,
                 input_shapes=r.input_shapes,
                 output_shapes=r.output_shapes,
-                **dict(zip(COUNTED, inc[i])),
+                params=params,
+                macs=macs,
+                flops=flops,
+                madd=madd,
+                read_bytes=read,
+                write_bytes=write,
                 output_bytes=r.output_bytes,
                 torchstat_flops=ts_flops,
                 torchstat_madd=ts_madd,
@@ -229,27 +236,26 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
     """Per record: (params, macs, flops, madd, read, write) of its subtree, torchstat's (flops,
     madd) of its subtree, and the (self) part of a parent (None for a leaf)."""
     own: list[tuple | None] = []  # the (self) part of non-leaf calls
-    mine, ts_mine = [], []  # each call's own part, for the subtree sums
+    mine = []  # each call's own part and torchstat's (flops, madd), summed in one pass
     for r in records:
         if r.children:
             own.append((r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes))
-            mine.append(own[-1])
-            ts_mine.append((r.flops - r.macs, r.madd))
+            mine.append((*own[-1], r.flops - r.macs, r.madd))
             continue
         own.append(None)
         # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch; a
         # call of views only (an nn.Flatten) touches no memory
         read = r.input_bytes + r.param_bytes + r.buffer_bytes
         read, write = (0, 0) if r.only_aliases else (read, r.output_bytes)
-        mine.append((r.params, r.macs, r.flops, r.madd, read, write))
         over = r.torchstat or {}
-        ts_mine.append((over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd)))
-    inc = subtree_sums(records, mine, _column_sums)
-    return inc, subtree_sums(records, ts_mine, _column_sums), own
+        ts = (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+        mine.append((r.params, r.macs, r.flops, r.madd, read, write, *ts))
+    sums = subtree_sums(records, mine, _column_sums)
+    return [s[:6] for s in sums], [s[6:] for s in sums], own
 
 
 def _column_sums(a: tuple, b: tuple) -> tuple:
-    return tuple(x + y for x, y in zip(a, b))
+    return tuple(map(operator.add, a, b))
 
 
 def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import operator
 from collections.abc import Iterator, Mapping
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -149,7 +150,8 @@ def shape_str(obj: Any, dtypes: bool = False) -> str:
 
 def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
     """Bytes of the distinct tensors in ``obj``; with ``dtype``, floating ones as if of it."""
-    distinct = {id(t): t for t in iter_tensors(obj)}.values()
+    flat = type(obj) is list and all(map(isinstance, obj, repeat(torch.Tensor)))  # no walk
+    distinct = {id(t): t for t in (obj if flat else iter_tensors(obj))}.values()
     if dtype is None:
         return sum(map(tensor_nbytes, distinct))
     size = dtype.itemsize
