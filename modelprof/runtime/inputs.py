@@ -670,7 +670,7 @@ def token_inputs(
     if decoder:
         specs.append(InputSpec("decoder_input_ids", torch.int64, (seq_len,), 0, vocab))
     tokens = batch_size * seq_len
-    need = tokens * 8 * len(specs)  # int64 ids (and mask, and decoder ids)
+    need = tokens * torch.int64.itemsize * len(specs)  # int64 ids (and mask, decoder ids)
     what = f"token inputs of batch_size {batch_size} x seq_len {seq_len} need {bytes_text(need)}"
     refuse_beyond_memory(what, tokens, need, where)
     made = build_inputs(specs, batch_size, device)
